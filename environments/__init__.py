@@ -1,0 +1,1 @@
+"""Task makers: procedural puzzles and multi-turn tool-use environments. Built in a later issue."""

@@ -1,0 +1,1 @@
+"""Drop-in reward adapters for trainers (verl, TRL, OpenRLHF)."""

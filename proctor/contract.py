@@ -1,0 +1,163 @@
+"""The scoring contract: one request shape and one result shape, used in-process, over HTTP and by adapters."""
+
+from __future__ import annotations
+
+from enum import Enum
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+RequestId = str | int | None
+
+
+class Status(str, Enum):
+    """Whether a score is a true verdict (`ok`) or which part of the machinery failed."""
+
+    ok = "ok"
+    timeout = "timeout"
+    sandbox_error = "sandbox_error"
+    verifier_error = "verifier_error"
+    judge_error = "judge_error"
+
+
+class ChatMessage(BaseModel):
+    """One message of an OpenAI-style chat transcript."""
+
+    model_config = ConfigDict(extra="allow")
+
+    role: Literal["system", "user", "assistant", "tool", "developer"]
+    content: str | list[dict[str, Any]] | None = None
+
+
+class ScoreRequest(BaseModel):
+    """Ask one verifier to score one response against a reference."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    verifier: str = Field(
+        min_length=1, max_length=200, description="Registered verifier name, e.g. 'text.match'."
+    )
+    response: str | list[ChatMessage] = Field(description="The model's response, or a chat transcript.")
+    reference: Any = Field(default=None, description="Verifier-specific reference (gold answer, tests, ...).")
+    options: dict[str, Any] = Field(default_factory=dict, description="Verifier-specific overrides.")
+    id: RequestId = Field(default=None, description="Echoed back in the Score.")
+
+
+class Score(BaseModel):
+    """The result of scoring one response; `reward` is a true verdict only when `status == ok`."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    id: RequestId = None
+    verifier: str = Field(description="name@version of the verifier that produced this score.")
+    status: Status
+    reward: float = Field(ge=0.0, le=1.0)
+    correct: bool | None = None
+    reason: str | None = Field(default=None, description="Short machine code for why reward < 1.")
+    components: dict[str, float] = Field(default_factory=dict)
+    details: dict[str, Any] = Field(default_factory=dict)
+    elapsed_ms: float = 0.0
+    cached: bool = False
+
+    @field_validator("reward")
+    @classmethod
+    def _finite(cls, value: float) -> float:
+        if value != value:  # NaN passes ge/le checks in some paths; a reward must be a number
+            raise ValueError("reward must not be NaN")
+        return value
+
+
+class ErrorBody(BaseModel):
+    """Why a request (or one batch item) could not be scored at all."""
+
+    status: int = Field(
+        description="HTTP-style status: 404 unknown verifier, 413 too large, 422 invalid field."
+    )
+    message: str
+    field: str | None = Field(
+        default=None, description="Dotted path of the offending field, when there is one."
+    )
+
+
+class ItemError(BaseModel):
+    """A batch slot whose item was rejected; the rest of the batch is still scored."""
+
+    id: RequestId = None
+    error: ErrorBody
+
+
+class BatchRequest(BaseModel):
+    """Several score requests; results come back one per item, in order."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    items: list[dict[str, Any]] = Field(description="ScoreRequest objects; each is validated on its own.")
+
+
+class BatchResponse(BaseModel):
+    """One Score or ItemError per request item, in request order."""
+
+    results: list[Score | ItemError]
+
+
+class Verdict(BaseModel):
+    """What a verifier function returns; the engine turns it into a Score."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    reward: float = Field(ge=0.0, le=1.0)
+    correct: bool | None = None
+    reason: str | None = None
+    components: dict[str, float] = Field(default_factory=dict)
+    details: dict[str, Any] = Field(default_factory=dict)
+    status: Status = Status.ok
+
+    @classmethod
+    def right(cls, **details: Any) -> Verdict:
+        """A fully correct response."""
+        return cls(reward=1.0, correct=True, details=details)
+
+    @classmethod
+    def wrong(cls, reason: str, **details: Any) -> Verdict:
+        """An incorrect response, with the reason code."""
+        return cls(reward=0.0, correct=False, reason=reason, details=details)
+
+    @classmethod
+    def failure(cls, status: Status, reason: str, **details: Any) -> Verdict:
+        """The machinery failed: no verdict on the response."""
+        if status is Status.ok:
+            raise ValueError("a failure verdict needs a non-ok status")
+        return cls(reward=0.0, correct=None, reason=reason, status=status, details=details)
+
+
+class RequestError(Exception):
+    """A request that cannot be scored: unknown verifier (404), invalid field (422), too large (413)."""
+
+    def __init__(self, status: int, message: str, field: str | None = None):
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.field = field
+
+    def body(self) -> ErrorBody:
+        """The JSON error body for this failure."""
+        return ErrorBody(status=self.status, message=self.message, field=self.field)
+
+
+def response_text(response: str | list[ChatMessage]) -> str:
+    """The text a single-turn verifier grades: the string itself, or the last assistant message's content."""
+    if isinstance(response, str):
+        return response
+    for message in reversed(response):
+        if message.role == "assistant":
+            return content_text(message.content)
+    return ""
+
+
+def content_text(content: str | list[dict[str, Any]] | None) -> str:
+    """Flatten an OpenAI message content (string or list of parts) into plain text."""
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    return "".join(str(part.get("text", "")) for part in content if part.get("type", "text") == "text")

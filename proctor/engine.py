@@ -1,0 +1,306 @@
+"""The engine: validate a request, consult the cache, run the verifier inline or in the pool, build the Score.
+
+The same engine serves the in-process API (`proctor.score`), the HTTP service and the CLI, so all three
+give the same score for the same request.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+from concurrent.futures import Future
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import ValidationError
+
+from proctor.cache import LRUCache, NullCache, ResultCache, cache_key
+from proctor.contract import (
+    ErrorBody,
+    ItemError,
+    RequestError,
+    Score,
+    ScoreRequest,
+    Status,
+    Verdict,
+    response_text,
+)
+from proctor.pool import PoolClosed, WorkerPool
+from proctor.registry import BaseOptions, VerifierSpec, get_verifier
+from proctor.settings import Settings, get_settings
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Prepared:
+    """A validated request, ready to score."""
+
+    spec: VerifierSpec
+    id: Any
+    response: Any
+    reference: Any
+    options: BaseOptions
+    key: str
+    started: float
+
+    @property
+    def deadline_s(self) -> float:
+        """The item's hard deadline: the request's option, else the verifier's default."""
+        return self.options.deadline_s or self.spec.deadline_s
+
+
+def parse_request(request: ScoreRequest | dict[str, Any]) -> ScoreRequest:
+    """Validate a raw request dict; raises RequestError(422) naming the field."""
+    if isinstance(request, ScoreRequest):
+        return request
+    if not isinstance(request, dict):
+        raise RequestError(422, "a score request must be a JSON object", field=None)
+    try:
+        return ScoreRequest.model_validate(request)
+    except ValidationError as exc:
+        first = exc.errors(include_url=False)[0]
+        path = ".".join(str(part) for part in first["loc"]) or None
+        raise RequestError(422, f"invalid {path or 'request'}: {first['msg']}", field=path) from None
+
+
+def prepare(request: ScoreRequest | dict[str, Any]) -> Prepared:
+    """Look the verifier up and validate reference and options; raises RequestError (404 or 422)."""
+    started = time.perf_counter()
+    parsed = parse_request(request)
+    spec = get_verifier(parsed.verifier)
+    reference = spec.parse_reference(parsed.reference)
+    options = spec.parse_options(parsed.options)
+    if spec.accepts_messages:
+        response: Any = (
+            parsed.response
+            if isinstance(parsed.response, str)
+            else [m.model_dump(exclude_none=True) for m in parsed.response]
+        )
+    else:
+        response = response_text(parsed.response)
+    key = cache_key(
+        spec.qualified_name,
+        spec.reference_adapter.dump_python(reference, mode="json"),
+        response,
+        options.model_dump(mode="json", exclude={"deadline_s"}),
+    )
+    return Prepared(spec, parsed.id, response, reference, options, key, started)
+
+
+def _run_inline(item: Prepared) -> Verdict:
+    try:
+        return item.spec.score(item.response, item.reference, item.options)
+    except Exception as exc:  # a verifier bug is a machinery failure, never a reward of 0
+        log.exception("verifier %s raised", item.spec.qualified_name)
+        return Verdict.failure(
+            Status.verifier_error, "verifier_exception", error=f"{type(exc).__name__}: {exc}"
+        )
+
+
+class Engine:
+    """Scores requests with a result cache and a lazily started worker pool."""
+
+    def __init__(
+        self,
+        settings: Settings | None = None,
+        *,
+        cache: ResultCache | None = None,
+        pool: WorkerPool | None = None,
+    ):
+        self.settings = settings or get_settings()
+        if cache is None:
+            cache = LRUCache(self.settings.cache_size) if self.settings.cache_size > 0 else NullCache()
+        self.cache = cache
+        self._pool = pool
+        self._pool_lock = threading.Lock()
+
+    @property
+    def pool(self) -> WorkerPool:
+        """The worker pool, started on first use so inline-only callers never pay for it."""
+        if self._pool is None:
+            with self._pool_lock:
+                if self._pool is None:
+                    s = self.settings
+                    self._pool = WorkerPool(
+                        s.pool_workers,
+                        memory_mb=s.pool_memory_mb,
+                        queue_size=s.pool_queue,
+                        max_tasks=s.pool_max_tasks,
+                    )
+        return self._pool
+
+    @property
+    def pool_started(self) -> bool:
+        """Whether the worker pool has been started."""
+        return self._pool is not None
+
+    def close(self) -> None:
+        """Stop the worker pool, if it was started."""
+        if self._pool is not None:
+            self._pool.close()
+            self._pool = None
+
+    # -- building scores -------------------------------------------------------------------------
+
+    def _cached(self, item: Prepared) -> Score | None:
+        hit = self.cache.get(item.key)
+        if hit is None:
+            return None
+        return hit.model_copy(update={"id": item.id, "cached": True, "elapsed_ms": _ms_since(item.started)})
+
+    def _finish(self, item: Prepared, verdict: Verdict) -> Score:
+        score = Score(
+            id=item.id,
+            verifier=item.spec.qualified_name,
+            status=verdict.status,
+            reward=verdict.reward if verdict.status is Status.ok else 0.0,
+            correct=verdict.correct if verdict.status is Status.ok else None,
+            reason=verdict.reason,
+            components=verdict.components,
+            details=verdict.details,
+            elapsed_ms=_ms_since(item.started),
+        )
+        if score.status is Status.ok:  # only true verdicts are cached, so an outage never sticks
+            self.cache.put(item.key, score)
+        return score
+
+    def _submit(self, item: Prepared, *, block: bool) -> Future:
+        payload = (item.response, item.reference, item.options)
+        return self.pool.submit(item.spec.name, payload, item.deadline_s, block=block)
+
+    @staticmethod
+    def _verdict_of(future: Future) -> Verdict:
+        try:
+            return future.result()
+        except PoolClosed as exc:
+            return Verdict.failure(Status.verifier_error, "pool_closed", error=str(exc))
+
+    # -- synchronous API ---------------------------------------------------------------------------
+
+    def score(self, request: ScoreRequest | dict[str, Any]) -> Score:
+        """Score one request; raises RequestError for an unknown verifier or invalid fields."""
+        item = prepare(request)
+        return self.score_prepared(item)
+
+    def score_prepared(self, item: Prepared) -> Score:
+        """Score an already validated request, blocking until its verdict."""
+        cached = self._cached(item)
+        if cached is not None:
+            return cached
+        if item.spec.execution == "inline":
+            return self._finish(item, _run_inline(item))
+        return self._finish(item, self._verdict_of(self._submit(item, block=True)))
+
+    def score_batch(self, requests: list[ScoreRequest | dict[str, Any]]) -> list[Score | ItemError]:
+        """Score many requests in order; a bad item gets an ItemError in its slot, the rest still score."""
+        slots: list[Score | ItemError | Future | None] = []
+        prepared: list[Prepared | None] = []
+        for request in requests:
+            try:
+                item = prepare(request)
+            except RequestError as exc:
+                slots.append(_item_error(request, exc))
+                prepared.append(None)
+                continue
+            prepared.append(item)
+            cached = self._cached(item)
+            if cached is not None:
+                slots.append(cached)
+            elif item.spec.execution == "inline":
+                slots.append(self._finish(item, _run_inline(item)))
+            else:
+                slots.append(self._submit(item, block=True))
+        results: list[Score | ItemError] = []
+        for slot, item in zip(slots, prepared):
+            if isinstance(slot, Future):
+                assert item is not None
+                results.append(self._finish(item, self._verdict_of(slot)))
+            else:
+                results.append(slot)  # type: ignore[arg-type]
+        return results
+
+    # -- asynchronous API (the HTTP service) -------------------------------------------------------
+
+    async def score_async(self, item: Prepared) -> Score:
+        """Score a validated request without blocking the event loop; raises PoolFull when the pool is."""
+        cached = self._cached(item)
+        if cached is not None:
+            return cached
+        if item.spec.execution == "inline":
+            return self._finish(item, _run_inline(item))
+        future = self._submit(item, block=False)
+        verdict = await asyncio.wrap_future(future)
+        return self._finish(item, verdict)
+
+    async def score_batch_async(
+        self, requests: list[dict[str, Any]], *, chunk: int = 512
+    ) -> list[Score | ItemError]:
+        """Score a batch in order; inline items run on a thread in chunks so the event loop stays responsive."""
+        results: list[Score | ItemError | None] = [None] * len(requests)
+        pooled: list[tuple[int, Prepared]] = []
+        for start in range(0, len(requests), chunk):
+            part = requests[start : start + chunk]
+            done, deferred = await asyncio.to_thread(self._score_chunk_inline, part)
+            for offset, value in enumerate(done):
+                results[start + offset] = value
+            pooled.extend((start + offset, item) for offset, item in deferred)
+        if pooled:
+            # Feed pool items with bounded outstanding work, so one huge batch cannot fill the pool's queue.
+            window = asyncio.Semaphore(max(2, 4 * self.pool.workers))
+
+            async def run(index: int, item: Prepared) -> None:
+                async with window:
+                    future = await asyncio.to_thread(self._submit, item, block=True)
+                    results[index] = self._finish(item, await asyncio.wrap_future(future))
+
+            await asyncio.gather(*(run(index, item) for index, item in pooled))
+        return results  # type: ignore[return-value]
+
+    def _score_chunk_inline(
+        self, requests: list[dict[str, Any]]
+    ) -> tuple[list[Score | ItemError | None], list[tuple[int, Prepared]]]:
+        done: list[Score | ItemError | None] = []
+        deferred: list[tuple[int, Prepared]] = []
+        for offset, request in enumerate(requests):
+            try:
+                item = prepare(request)
+            except RequestError as exc:
+                done.append(_item_error(request, exc))
+                continue
+            cached = self._cached(item)
+            if cached is not None:
+                done.append(cached)
+            elif item.spec.execution == "inline":
+                done.append(self._finish(item, _run_inline(item)))
+            else:
+                done.append(None)
+                deferred.append((offset, item))
+        return done, deferred
+
+
+def _item_error(request: Any, exc: RequestError) -> ItemError:
+    request_id = request.get("id") if isinstance(request, dict) else getattr(request, "id", None)
+    if not isinstance(request_id, (str, int)) or isinstance(request_id, bool):
+        request_id = None
+    return ItemError(id=request_id, error=ErrorBody(status=exc.status, message=exc.message, field=exc.field))
+
+
+def _ms_since(started: float) -> float:
+    return round((time.perf_counter() - started) * 1000, 3)
+
+
+_default_engine: Engine | None = None
+_default_lock = threading.Lock()
+
+
+def default_engine() -> Engine:
+    """The process-wide engine behind `proctor.score` and `proctor.score_batch`."""
+    global _default_engine
+    if _default_engine is None:
+        with _default_lock:
+            if _default_engine is None:
+                _default_engine = Engine()
+    return _default_engine

@@ -1,0 +1,224 @@
+"""A pool of killable worker processes for CPU-bound verifiers.
+
+Each worker slot is a thread in the calling process that owns one worker process and a pipe to it. The
+thread hands the worker one item at a time and waits on the pipe with the item's hard deadline; a worker
+that overruns is killed with SIGKILL and replaced, and that item gets `status: timeout`. No signal.alarm:
+the deadline lives in the parent, so it works from any thread and stops C code too.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import queue
+import socket
+import subprocess
+import sys
+import threading
+import time
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from multiprocessing.connection import Connection
+from typing import Any
+
+from proctor.contract import Status, Verdict
+
+log = logging.getLogger(__name__)
+
+
+class PoolFull(Exception):
+    """The pool's queue is full; the caller should retry later (HTTP 429)."""
+
+
+class PoolClosed(Exception):
+    """The pool was shut down before the item ran."""
+
+
+@dataclass
+class _Job:
+    verifier: str
+    payload: tuple[Any, Any, Any]
+    deadline_s: float
+    future: Future = field(default_factory=Future)
+
+
+class _Slot(threading.Thread):
+    """One worker process and the thread that feeds it, enforcing deadlines."""
+
+    def __init__(self, pool: WorkerPool, index: int):
+        super().__init__(name=f"proctor-pool-{index}", daemon=True)
+        self.pool = pool
+        self.process: subprocess.Popen | None = None
+        self.conn: Connection | None = None
+        self.tasks_done = 0
+        self.busy = False
+
+    def start_worker(self) -> None:
+        """Start (or restart) this slot's worker: a fresh `python -m proctor.worker` on a socket pair.
+
+        A plain subprocess rather than multiprocessing.Process, because spawn and forkserver re-run the
+        caller's __main__ in the child, which would make every script using proctor need a main guard.
+        """
+        parent_sock, child_sock = socket.socketpair()
+        process = subprocess.Popen(
+            [sys.executable, "-m", "proctor.worker", str(child_sock.fileno())],
+            pass_fds=(child_sock.fileno(),),
+            stdin=subprocess.DEVNULL,
+            close_fds=True,
+        )
+        child_sock.close()
+        conn = Connection(parent_sock.detach())
+        conn.send({"sys_path": sys.path, "memory_mb": self.pool.memory_mb})
+        self.process, self.conn, self.tasks_done = process, conn, 0
+
+    def stop_worker(self, kill: bool) -> None:
+        """Stop the worker process: SIGKILL when it overran, else a polite close."""
+        process, conn = self.process, self.conn
+        self.process = self.conn = None
+        if conn is not None:
+            conn.close()
+        if process is None:
+            return
+        if kill:
+            process.kill()
+        try:
+            process.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(timeout=5)
+
+    def run(self) -> None:
+        while True:
+            job = self.pool.jobs.get()
+            if job is None:
+                self.stop_worker(kill=False)
+                return
+            if not job.future.set_running_or_notify_cancel():
+                continue
+            self.busy = True
+            try:
+                verdict = self.run_job(job)
+                job.future.set_result(verdict)
+            except Exception as exc:  # keep the slot alive whatever happens to one job
+                log.exception("pool slot failed on a job")
+                job.future.set_result(Verdict.failure(Status.verifier_error, "pool_error", error=str(exc)))
+            finally:
+                self.busy = False
+            if self.process is None and not self.pool.closed:
+                self.start_worker()  # replace a killed worker now, not when the next item is waiting
+
+    def run_job(self, job: _Job) -> Verdict:
+        """Send one job to the worker and wait for its verdict until the job's deadline."""
+        if self.process is None or self.process.poll() is not None or self.tasks_done >= self.pool.max_tasks:
+            self.stop_worker(kill=True)
+            self.start_worker()
+        assert self.conn is not None
+        self.conn.send((job.verifier, job.payload))
+        self.tasks_done += 1
+        if not self.conn.poll(job.deadline_s):
+            self.stop_worker(kill=True)
+            self.pool.count("timeouts")
+            return Verdict.failure(Status.timeout, "deadline_exceeded", deadline_s=job.deadline_s)
+        try:
+            kind, value = self.conn.recv()
+        except (EOFError, OSError):
+            exitcode = self.process.poll() if self.process else None
+            self.stop_worker(kill=True)
+            self.pool.count("crashes")
+            return Verdict.failure(Status.verifier_error, "worker_crashed", exitcode=exitcode)
+        if kind == "verdict":
+            return value
+        if kind == "memory":
+            self.stop_worker(kill=True)  # a worker that hit its cap may be in a bad state
+            self.pool.count("crashes")
+            return Verdict.failure(Status.verifier_error, "worker_memory_limit", error=value)
+        return Verdict.failure(Status.verifier_error, "verifier_exception", error=value)
+
+
+class WorkerPool:
+    """A fixed number of killable worker processes fed from one bounded queue."""
+
+    def __init__(
+        self,
+        workers: int,
+        *,
+        memory_mb: int = 2048,
+        queue_size: int = 4096,
+        max_tasks: int = 10_000,
+    ):
+        self.workers = workers
+        self.memory_mb = memory_mb
+        self.max_tasks = max_tasks
+        self.jobs: queue.Queue[_Job | None] = queue.Queue(maxsize=queue_size)
+        self.counters = {"submitted": 0, "timeouts": 0, "crashes": 0}
+        self._counter_lock = threading.Lock()
+        self.closed = False
+        self.slots = [_Slot(self, i) for i in range(workers)]
+        for slot in self.slots:
+            slot.start_worker()
+            slot.start()
+
+    def count(self, name: str) -> None:
+        """Increment one of the pool's counters (thread-safe)."""
+        with self._counter_lock:
+            self.counters[name] += 1
+
+    def submit(
+        self, verifier: str, payload: tuple[Any, Any, Any], deadline_s: float, *, block: bool = False
+    ) -> Future:
+        """Queue one item; the future resolves to a Verdict. Raises PoolFull when the queue is full."""
+        if self.closed:
+            raise PoolClosed("the worker pool is closed")
+        job = _Job(verifier, payload, deadline_s)
+        try:
+            self.jobs.put(job, block=block)
+        except queue.Full:
+            raise PoolFull("the verifier pool's queue is full") from None
+        self.count("submitted")
+        return job.future
+
+    def stats(self) -> dict[str, int]:
+        """Workers, busy workers, queued items and lifetime counters, for /metrics and /healthz."""
+        alive = sum(1 for slot in self.slots if slot.process is not None and slot.process.poll() is None)
+        busy = sum(1 for slot in self.slots if slot.busy)
+        return {
+            "workers": self.workers,
+            "alive": alive,
+            "busy": busy,
+            "queued": self.jobs.qsize(),
+            **self.counters,
+        }
+
+    def close(self) -> None:
+        """Stop every worker; items still queued resolve to PoolClosed."""
+        if self.closed:
+            return
+        self.closed = True
+        while True:
+            try:
+                job = self.jobs.get_nowait()
+            except queue.Empty:
+                break
+            if job is not None and job.future.set_running_or_notify_cancel():
+                job.future.set_exception(PoolClosed("the worker pool closed before this item ran"))
+        for _ in self.slots:
+            self.jobs.put(None)
+        deadline = time.monotonic() + 10
+        for slot in self.slots:
+            slot.join(timeout=max(0.1, deadline - time.monotonic()))
+            if slot.is_alive():
+                slot.stop_worker(kill=True)
+
+    def __enter__(self) -> WorkerPool:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def default_pool_size() -> int:
+    """One worker per core the process may use."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:
+        return max(1, os.cpu_count() or 1)

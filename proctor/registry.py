@@ -1,0 +1,171 @@
+"""The verifier registry: each verifier registers itself, with its models and examples, at the bottom of its module."""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from importlib.metadata import entry_points
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+
+from proctor.contract import RequestError, Verdict
+
+log = logging.getLogger(__name__)
+
+ENTRY_POINT_GROUP = "proctor.verifiers"
+BUILTIN_MODULES = ("proctor.verifiers",)
+
+
+class BaseOptions(BaseModel):
+    """Options every verifier accepts; verifier option models subclass this."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    deadline_s: float | None = Field(
+        default=None, gt=0, le=600, description="Hard deadline for scoring this item (pool verifiers)."
+    )
+
+
+ScoreFn = Callable[[Any, Any, Any], Verdict]
+"""(response, reference, options) -> Verdict; response is a str unless the spec accepts messages."""
+
+
+@dataclass(frozen=True)
+class Example:
+    """A response the verifier must score `expect` on (1.0 for gold answers, 0.0 for cheats)."""
+
+    response: Any
+    reference: Any
+    expect: float
+    options: dict[str, Any] = field(default_factory=dict)
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class VerifierSpec:
+    """Everything the engine, the API and the CLI need to know about one verifier."""
+
+    name: str
+    version: str
+    score: ScoreFn
+    reference: Any
+    options: type[BaseOptions] = BaseOptions
+    description: str = ""
+    examples: tuple[Example, ...] = ()
+    execution: Literal["inline", "pool"] = "pool"
+    deadline_s: float = 5.0
+    accepts_messages: bool = False
+
+    @property
+    def qualified_name(self) -> str:
+        """name@version, as reported in every Score."""
+        return f"{self.name}@{self.version}"
+
+    @property
+    def reference_adapter(self) -> TypeAdapter:
+        """A pydantic adapter for the reference type (a model, a union, or a plain type)."""
+        return _adapter(self.reference)
+
+    def parse_reference(self, reference: Any) -> Any:
+        """Validate a raw reference; raises RequestError(422) naming the field."""
+        return _validate(self.reference_adapter, reference, "reference")
+
+    def parse_options(self, options: dict[str, Any]) -> BaseOptions:
+        """Validate raw options; raises RequestError(422) naming the field."""
+        return _validate(_adapter(self.options), options or {}, "options")
+
+    def describe(self) -> dict[str, Any]:
+        """Name, version, description and JSON schemas, as listed by /v1/verifiers and the CLI."""
+        return {
+            "name": self.name,
+            "version": self.version,
+            "description": self.description,
+            "execution": self.execution,
+            "accepts_messages": self.accepts_messages,
+            "reference_schema": self.reference_adapter.json_schema(),
+            "options_schema": _adapter(self.options).json_schema(),
+        }
+
+
+_adapters: dict[int, TypeAdapter] = {}
+_registry: dict[str, VerifierSpec] = {}
+_loaded = False
+_lock = threading.RLock()
+
+
+def _adapter(annotation: Any) -> TypeAdapter:
+    key = id(annotation)
+    adapter = _adapters.get(key)
+    if adapter is None:
+        adapter = _adapters[key] = TypeAdapter(annotation)
+    return adapter
+
+
+def _validate(adapter: TypeAdapter, value: Any, prefix: str) -> Any:
+    from pydantic import ValidationError
+
+    try:
+        return adapter.validate_python(value)
+    except ValidationError as exc:
+        first = exc.errors(include_url=False)[0]
+        path = ".".join(str(part) for part in (prefix, *first["loc"]))
+        raise RequestError(422, f"invalid {path}: {first['msg']}", field=path) from None
+
+
+def register_verifier(spec: VerifierSpec) -> VerifierSpec:
+    """Add a verifier to the registry; registering the same name twice with another version is an error."""
+    with _lock:
+        existing = _registry.get(spec.name)
+        if existing is not None and existing.score is not spec.score:
+            raise ValueError(f"verifier {spec.name!r} is already registered as {existing.qualified_name}")
+        _adapter(spec.reference)  # fail at import time, not at the first request, on a bad annotation
+        _registry[spec.name] = spec
+    return spec
+
+
+def load_verifiers() -> None:
+    """Import the built-in families and every `proctor.verifiers` entry point, once per process."""
+    global _loaded
+    if _loaded:
+        return
+    with _lock:
+        if _loaded:
+            return
+        for module in BUILTIN_MODULES:
+            importlib.import_module(module)
+        for module in _plugin_modules():
+            importlib.import_module(module)  # a named plugin that fails to import is a configuration error
+        for point in entry_points(group=ENTRY_POINT_GROUP):
+            try:
+                loaded = point.load()
+                if callable(loaded) and not isinstance(loaded, type):
+                    loaded()
+            except Exception:  # a broken plugin must not take the built-in verifiers down with it
+                log.exception("could not load verifier plugin %s", point.value)
+        _loaded = True
+
+
+def _plugin_modules() -> list[str]:
+    from proctor.settings import get_settings
+
+    return [name.strip() for name in get_settings().plugins.split(",") if name.strip()]
+
+
+def get_verifier(name: str) -> VerifierSpec:
+    """Look a verifier up by name; unknown names raise RequestError(404) listing the known ones."""
+    load_verifiers()
+    spec = _registry.get(name)
+    if spec is None:
+        known = ", ".join(sorted(_registry)) or "none"
+        raise RequestError(404, f"unknown verifier {name!r}; known verifiers: {known}", field="verifier")
+    return spec
+
+
+def all_verifiers() -> list[VerifierSpec]:
+    """Every registered verifier, sorted by name."""
+    load_verifiers()
+    return [_registry[name] for name in sorted(_registry)]

@@ -1,0 +1,69 @@
+"""Every setting Proctor reads, from `PROCTOR_*` environment variables (this class is their one documentation)."""
+
+from __future__ import annotations
+
+import os
+from functools import lru_cache
+from typing import Literal
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+FailurePolicy = Literal["raise", "none", "value"]
+
+
+def _default_pool_workers() -> int:
+    return max(1, os.cpu_count() or 1)
+
+
+class Settings(BaseSettings):
+    """Service, pool, cache and compatibility settings; each field is read from PROCTOR_<FIELD>."""
+
+    model_config = SettingsConfigDict(env_prefix="PROCTOR_", extra="ignore")
+
+    # Network
+    host: str = Field(
+        "127.0.0.1", description="Address to bind. Anything but loopback requires PROCTOR_TOKEN."
+    )
+    port: int = Field(8000, ge=0, le=65535, description="Port to bind.")
+    token: str | None = Field(None, description="Bearer token clients must send (required off loopback).")
+    workers: int = Field(1, ge=1, le=64, description="uvicorn worker processes, each with its own pool.")
+    log_level: str = Field("info", description="uvicorn / logging level.")
+
+    plugins: str = Field(
+        "",
+        description="Comma-separated modules to import at start-up (and in pool workers) to register verifiers.",
+    )
+
+    # Request limits and admission control
+    max_body_bytes: int = Field(32 * 1024 * 1024, ge=1024, description="Larger request bodies get 413.")
+    max_batch_items: int = Field(10_000, ge=1, description="Items allowed in one /v1/score/batch call.")
+    max_concurrency: int = Field(64, ge=1, description="Scoring requests running at once per process.")
+    max_queue: int = Field(256, ge=0, description="Scoring requests allowed to wait; beyond this, 429.")
+    retry_after_s: int = Field(1, ge=1, description="Retry-After seconds sent with 429.")
+
+    # Killable worker pool for CPU-bound verifiers
+    pool_workers: int = Field(default_factory=_default_pool_workers, ge=1, description="Worker processes.")
+    pool_memory_mb: int = Field(2048, ge=64, description="Address-space cap of each worker process.")
+    pool_queue: int = Field(4096, ge=1, description="Items allowed to wait for a pool worker.")
+    pool_max_tasks: int = Field(10_000, ge=1, description="Items a worker scores before it is recycled.")
+
+    # Result cache
+    cache_size: int = Field(
+        100_000, ge=0, description="Entries in the in-process LRU result cache; 0 disables it."
+    )
+
+    # Compatibility routes (OpenRLHF, slime)
+    default_verifier: str = Field(
+        "text.match", description="Verifier for plain-string labels on compat routes."
+    )
+    on_failure: FailurePolicy = Field(
+        "value", description="Compat routes: what a machinery failure returns (raise | none | value)."
+    )
+    failure_value: float = Field(0.0, description="The reward a failure returns under on_failure=value.")
+
+
+@lru_cache(maxsize=1)
+def get_settings() -> Settings:
+    """The process-wide settings, read once from the environment."""
+    return Settings()

@@ -1,0 +1,1 @@
+"""The GRPO reference trainer (extra `proctor[train]`). Built in a later issue."""

@@ -1,0 +1,1 @@
+"""Text verifiers: exact/regex answer matching and multiple-choice."""
