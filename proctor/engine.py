@@ -214,7 +214,7 @@ class Engine:
             else:
                 slots.append(self._submit(item, block=True))
         results: list[Score | ItemError] = []
-        for slot, item in zip(slots, prepared):
+        for slot, item in zip(slots, prepared, strict=True):
             if isinstance(slot, Future):
                 assert item is not None
                 results.append(self._finish(item, self._verdict_of(slot)))
