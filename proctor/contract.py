@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import re
 from enum import Enum
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 RequestId = str | int | None
 
@@ -142,6 +143,27 @@ class RequestError(Exception):
     def body(self) -> ErrorBody:
         """The JSON error body for this failure."""
         return ErrorBody(status=self.status, message=self.message, field=self.field)
+
+
+_TYPE_TAG = re.compile(r"^(str|int|float|bool|dict|list|none|tuple|[A-Z]\w*)$|[\[\]-]")
+
+
+def request_error_from(exc: ValidationError, prefix: str | None = None) -> RequestError:
+    """A 422 RequestError naming the field of the most specific validation error.
+
+    pydantic puts union branch tags ('str', 'list[ChatMessage]', a model's class name) into error locations;
+    they mean nothing to a client, so they are dropped. Of several errors (one per union branch), the deepest
+    location is the most useful one to report.
+    """
+    best_path: list[str] = []
+    best_msg = "invalid value"
+    for error in exc.errors(include_url=False):
+        path = [str(part) for part in error["loc"] if not (isinstance(part, str) and _TYPE_TAG.search(part))]
+        if len(path) > len(best_path) or best_msg == "invalid value":
+            best_path, best_msg = path, error["msg"]
+    parts = [prefix, *best_path] if prefix else best_path
+    field = ".".join(parts) or None
+    return RequestError(422, f"invalid {field or 'request'}: {best_msg}", field=field)
 
 
 def response_text(response: str | list[ChatMessage]) -> str:

@@ -25,6 +25,7 @@ from proctor.contract import (
     ScoreRequest,
     Status,
     Verdict,
+    request_error_from,
     response_text,
 )
 from proctor.pool import PoolClosed, WorkerPool
@@ -61,9 +62,7 @@ def parse_request(request: ScoreRequest | dict[str, Any]) -> ScoreRequest:
     try:
         return ScoreRequest.model_validate(request)
     except ValidationError as exc:
-        first = exc.errors(include_url=False)[0]
-        path = ".".join(str(part) for part in first["loc"]) or None
-        raise RequestError(422, f"invalid {path or 'request'}: {first['msg']}", field=path) from None
+        raise request_error_from(exc) from None
 
 
 def prepare(request: ScoreRequest | dict[str, Any]) -> Prepared:

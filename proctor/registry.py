@@ -10,9 +10,9 @@ from dataclasses import dataclass, field
 from importlib.metadata import entry_points
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
-from proctor.contract import RequestError, Verdict
+from proctor.contract import RequestError, Verdict, request_error_from
 
 log = logging.getLogger(__name__)
 
@@ -106,14 +106,10 @@ def _adapter(annotation: Any) -> TypeAdapter:
 
 
 def _validate(adapter: TypeAdapter, value: Any, prefix: str) -> Any:
-    from pydantic import ValidationError
-
     try:
         return adapter.validate_python(value)
     except ValidationError as exc:
-        first = exc.errors(include_url=False)[0]
-        path = ".".join(str(part) for part in (prefix, *first["loc"]))
-        raise RequestError(422, f"invalid {path}: {first['msg']}", field=path) from None
+        raise request_error_from(exc, prefix) from None
 
 
 def register_verifier(spec: VerifierSpec) -> VerifierSpec:

@@ -1,0 +1,226 @@
+"""The engine and the in-process API: validation, caching, batches and failure statuses."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import pytest
+from pydantic import BaseModel, ConfigDict
+
+import proctor
+from proctor.cache import LRUCache, cache_key
+from proctor.contract import ItemError, RequestError, Score, Status, Verdict
+from proctor.engine import Engine
+from proctor.registry import BaseOptions, VerifierSpec, register_verifier
+from proctor.settings import Settings
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+class _Ref(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    gold: str
+
+
+class _Opts(BaseOptions):
+    shout: bool = False
+
+
+CALLS: list[str] = []
+
+
+def _inline(response: str, reference: _Ref, options: _Opts) -> Verdict:
+    CALLS.append(response)
+    if response == "boom":
+        raise RuntimeError("inline verifier bug")
+    answer = response.upper() if options.shout else response
+    return Verdict.right(seen=answer) if answer == reference.gold else Verdict.wrong("mismatch", seen=answer)
+
+
+register_verifier(
+    VerifierSpec(
+        name="test.inline",
+        version="2",
+        score=_inline,
+        reference=_Ref,
+        options=_Opts,
+        execution="inline",
+        description="Test-only inline verifier.",
+    )
+)
+
+
+@pytest.fixture(scope="module")
+def engine():
+    os.environ["PROCTOR_PLUGINS"] = "tests.plugins.slow"
+    if ROOT not in sys.path:
+        sys.path.insert(0, ROOT)
+    e = Engine(Settings(pool_workers=2, pool_memory_mb=1024, cache_size=100))
+    yield e
+    e.close()
+
+
+def req(response, gold="ok", verifier="test.inline", **extra):
+    return {"verifier": verifier, "response": response, "reference": {"gold": gold}, **extra}
+
+
+def test_score_shape_and_qualified_name(engine):
+    score = engine.score(req("ok", id="a1"))
+    assert isinstance(score, Score)
+    assert (score.id, score.verifier, score.status, score.reward, score.correct) == (
+        "a1",
+        "test.inline@2",
+        Status.ok,
+        1.0,
+        True,
+    )
+    assert score.details == {"seen": "ok"} and not score.cached and score.elapsed_ms >= 0
+    wrong = engine.score(req("no"))
+    assert (wrong.reward, wrong.correct, wrong.reason) == (0.0, False, "mismatch")
+
+
+def test_empty_response_is_scored_not_rejected(engine):
+    score = engine.score(req(""))
+    assert score.status is Status.ok and score.reward == 0.0
+
+
+def test_chat_messages_grade_the_last_assistant_message(engine):
+    messages = [
+        {"role": "user", "content": "say ok"},
+        {"role": "assistant", "content": "no"},
+        {"role": "user", "content": "again"},
+        {"role": "assistant", "content": [{"type": "text", "text": "o"}, {"type": "text", "text": "k"}]},
+    ]
+    assert engine.score(req(messages)).reward == 1.0
+
+
+def test_unknown_verifier_is_404_naming_known_ones(engine):
+    with pytest.raises(RequestError) as info:
+        engine.score(req("ok", verifier="nope"))
+    assert info.value.status == 404 and info.value.field == "verifier"
+    assert "test.inline" in info.value.message
+
+
+@pytest.mark.parametrize(
+    ("request_", "field"),
+    [
+        (
+            {"verifier": "test.inline", "response": "x", "reference": {"gold": "x", "extra": 1}},
+            "reference.extra",
+        ),
+        ({"verifier": "test.inline", "response": "x", "reference": {}}, "reference.gold"),
+        (
+            {
+                "verifier": "test.inline",
+                "response": "x",
+                "reference": {"gold": "x"},
+                "options": {"shout": "loud"},
+            },
+            "options.shout",
+        ),
+        (
+            {
+                "verifier": "test.inline",
+                "response": "x",
+                "reference": {"gold": "x"},
+                "options": {"deadline_s": -1},
+            },
+            "options.deadline_s",
+        ),
+        ({"verifier": "test.inline", "reference": {"gold": "x"}}, "response"),
+        ({"verifier": "test.inline", "response": 5, "reference": {"gold": "x"}}, "response"),
+        (
+            {"verifier": "test.inline", "response": [{"role": "robot"}], "reference": {"gold": "x"}},
+            "response.0.role",
+        ),
+    ],
+)
+def test_invalid_fields_are_422_naming_the_field(engine, request_, field):
+    with pytest.raises(RequestError) as info:
+        engine.score(request_)
+    assert info.value.status == 422
+    assert info.value.field == field
+    assert field in info.value.message
+
+
+def test_inline_verifier_exception_is_verifier_error_not_zero(engine):
+    score = engine.score(req("boom"))
+    assert (score.status, score.reason, score.correct) == (Status.verifier_error, "verifier_exception", None)
+    assert "inline verifier bug" in score.details["error"]
+
+
+def test_cache_hits_only_for_ok_and_ignore_id_and_deadline(engine):
+    CALLS.clear()
+    first = engine.score(req("cached?", gold="cached?", id=1))
+    second = engine.score(req("cached?", gold="cached?", id=2, options={"deadline_s": 3}))
+    assert not first.cached and second.cached and second.id == 2
+    assert CALLS == ["cached?"]
+    assert second.model_dump(exclude={"id", "cached", "elapsed_ms"}) == first.model_dump(
+        exclude={"id", "cached", "elapsed_ms"}
+    )
+    engine.score(req("boom"))
+    engine.score(req("boom"))
+    assert CALLS.count("boom") == 2, "failures are never cached"
+    other_options = engine.score(req("cached?", gold="cached?", options={"shout": True}))
+    assert not other_options.cached
+
+
+def test_pool_timeout_is_not_cached(engine):
+    first = engine.score(
+        {"verifier": "test.misbehave", "response": "sleep", "reference": "ok", "options": {"deadline_s": 0.3}}
+    )
+    again = engine.score(
+        {"verifier": "test.misbehave", "response": "sleep", "reference": "ok", "options": {"deadline_s": 0.3}}
+    )
+    assert first.status is Status.timeout and again.status is Status.timeout and not again.cached
+    assert first.reward == 0.0 and first.correct is None
+
+
+def test_batch_keeps_order_and_isolates_bad_items(engine):
+    items = [
+        req("ok", id=0),
+        {"verifier": "nope", "response": "x", "id": 1},
+        {"verifier": "test.misbehave", "response": "pid", "reference": "ok", "id": 2},
+        req("x", gold="y", id=3),
+        {"verifier": "test.inline", "response": "x", "reference": {"bad": 1}, "id": 4},
+        {"verifier": "test.misbehave", "response": "ok", "reference": "ok", "id": 5},
+        "not an object",
+    ]
+    results = engine.score_batch(items)
+    assert [getattr(r, "id", None) for r in results] == [0, 1, 2, 3, 4, 5, None]
+    assert isinstance(results[1], ItemError) and results[1].error.status == 404
+    assert isinstance(results[4], ItemError) and results[4].error.field == "reference.gold"
+    assert isinstance(results[6], ItemError) and results[6].error.status == 422
+    assert [r.reward for r in results if isinstance(r, Score)] == [1.0, 1.0, 0.0, 1.0]
+
+
+async def test_async_batch_matches_sync(engine):
+    items = [req(str(i), gold=str(i % 3), id=i) for i in range(50)]
+    items += [
+        {"verifier": "test.misbehave", "response": str(i % 2), "reference": "1", "id": 100 + i}
+        for i in range(10)
+    ]
+    sync = engine.score_batch(items)
+    asynchronous = await engine.score_batch_async(items)
+    strip = {"elapsed_ms", "cached"}
+    assert [r.model_dump(exclude=strip) for r in sync] == [r.model_dump(exclude=strip) for r in asynchronous]
+
+
+def test_public_in_process_api():
+    score = proctor.score("test.inline", "ok", {"gold": "ok"})
+    assert score.reward == 1.0 and score.verifier == "test.inline@2"
+    batch = proctor.score_batch([req("ok"), {"verifier": "zzz", "response": ""}])
+    assert isinstance(batch[0], Score) and isinstance(batch[1], ItemError)
+
+
+def test_cache_key_is_order_insensitive_and_lru_evicts():
+    assert cache_key("v@1", {"a": 1, "b": 2}, "r", {}) == cache_key("v@1", {"b": 2, "a": 1}, "r", {})
+    assert cache_key("v@1", "x", "r", {}) != cache_key("v@2", "x", "r", {})
+    lru = LRUCache(2)
+    s = Score(verifier="v@1", status=Status.ok, reward=1.0)
+    lru.put("a", s)
+    lru.put("b", s)
+    assert lru.get("a") is s
+    lru.put("c", s)
+    assert lru.get("b") is None and lru.get("a") is s and lru.get("c") is s

@@ -1,0 +1,131 @@
+"""The killable worker pool: deadlines, crashes, memory caps and replacement, with real worker processes."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from concurrent.futures import wait
+
+import pytest
+
+from proctor.contract import Status
+from proctor.pool import PoolClosed, PoolFull, WorkerPool
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _plugins():
+    """Workers inherit the environment, so PROCTOR_PLUGINS registers the misbehaving test verifier there."""
+    old = os.environ.get("PROCTOR_PLUGINS")
+    os.environ["PROCTOR_PLUGINS"] = "tests.plugins.slow"
+    if ROOT not in sys.path:
+        sys.path.insert(0, ROOT)
+    yield
+    if old is None:
+        os.environ.pop("PROCTOR_PLUGINS", None)
+    else:
+        os.environ["PROCTOR_PLUGINS"] = old
+
+
+@pytest.fixture
+def pool():
+    with WorkerPool(2, memory_mb=1024, queue_size=8) as p:
+        yield p
+
+
+def run(pool: WorkerPool, response: str, deadline: float = 1.0):
+    return pool.submit("test.misbehave", (response, "ok", None), deadline).result(timeout=30)
+
+
+def test_scores_in_a_worker_process(pool):
+    verdict = run(pool, "pid")
+    assert verdict.status is Status.ok
+    assert verdict.details["pid"] != os.getpid()
+    assert run(pool, "ok").reward == 1.0
+    assert run(pool, "nope").reward == 0.0
+
+
+@pytest.mark.parametrize("response", ["sleep", "spin"])
+def test_overrun_is_a_timeout_and_the_worker_is_replaced(pool, response):
+    before = {run(pool, "pid").details["pid"] for _ in range(4)}
+    started = time.monotonic()
+    verdict = run(pool, response, deadline=0.5)
+    elapsed = time.monotonic() - started
+    assert verdict.status is Status.timeout
+    assert verdict.reason == "deadline_exceeded"
+    assert elapsed < 0.5 + 5.0  # bounded: the deadline is enforced by killing, not by waiting for the worker
+    after = {run(pool, "pid").details["pid"] for _ in range(8)}
+    assert after - before, "the killed worker must be replaced by a new process"
+    assert pool.stats()["timeouts"] == 1
+
+
+def test_crash_raise_and_memory_are_verifier_errors_not_zero_rewards(pool):
+    crash = run(pool, "crash")
+    assert (crash.status, crash.reason, crash.details["exitcode"]) == (
+        Status.verifier_error,
+        "worker_crashed",
+        3,
+    )
+    raised = run(pool, "raise")
+    assert (raised.status, raised.reason) == (Status.verifier_error, "verifier_exception")
+    assert "ValueError: verifier bug" in raised.details["error"]
+    memory = run(pool, "memory")
+    assert (memory.status, memory.reason) == (Status.verifier_error, "worker_memory_limit")
+    assert run(pool, "ok").reward == 1.0  # the pool keeps serving after each failure
+
+
+def test_other_items_keep_being_served_while_one_hangs(pool):
+    hanging = pool.submit("test.misbehave", ("sleep", "ok", None), 3.0)
+    quick = [pool.submit("test.misbehave", ("ok", "ok", None), 1.0) for _ in range(5)]
+    done, _ = wait(quick, timeout=10)
+    assert len(done) == 5 and all(f.result().reward == 1.0 for f in quick)
+    assert not hanging.done()
+    assert hanging.result(timeout=10).status is Status.timeout
+
+
+def test_full_queue_raises_pool_full():
+    with WorkerPool(1, memory_mb=1024, queue_size=1) as small:
+        busy = small.submit("test.misbehave", ("sleep", "ok", None), 2.0)
+        time.sleep(0.3)  # let the only worker take the sleeping item off the queue
+        queued = small.submit("test.misbehave", ("ok", "ok", None), 1.0)
+        with pytest.raises(PoolFull):
+            small.submit("test.misbehave", ("ok", "ok", None), 1.0)
+        assert busy.result(timeout=10).status is Status.timeout
+        assert queued.result(timeout=10).reward == 1.0
+
+
+def test_workers_are_recycled_after_max_tasks():
+    with WorkerPool(1, memory_mb=1024, max_tasks=2) as recycled:
+        pids = [recycled.submit("test.misbehave", ("pid", "ok", None), 5.0).result(timeout=30).details["pid"]]
+        pids += [
+            recycled.submit("test.misbehave", ("pid", "ok", None), 5.0).result(timeout=30).details["pid"]
+        ]
+        pids += [
+            recycled.submit("test.misbehave", ("pid", "ok", None), 5.0).result(timeout=30).details["pid"]
+        ]
+    assert pids[0] == pids[1] != pids[2]
+
+
+def test_closed_pool_refuses_work():
+    p = WorkerPool(1, memory_mb=1024)
+    p.close()
+    with pytest.raises(PoolClosed):
+        p.submit("test.misbehave", ("ok", "ok", None), 1.0)
+    assert all(slot.process is None for slot in p.slots)
+
+
+def test_a_script_without_main_guard_can_use_the_pool(tmp_path):
+    """Workers never re-run the caller's __main__ (as spawn/forkserver would), so no main guard is needed."""
+    script = tmp_path / "user_script.py"
+    script.write_text(
+        f"import os, sys; os.environ['PROCTOR_PLUGINS'] = 'tests.plugins.slow'; sys.path.insert(0, {ROOT!r})\n"
+        "import proctor\n"
+        "print('MAIN RAN')\n"
+        "print(proctor.score('test.misbehave', 'ok', 'ok').reward)\n"
+    )
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["MAIN", "RAN", "1.0"]
