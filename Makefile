@@ -1,0 +1,50 @@
+# Two commands on a fresh machine: `make serve` and `make test`. Both set everything up first.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.proctor-installed
+# Extras the test suite uses; `make serve` needs only the base package.
+TEST_EXTRAS ?= dev
+PYTEST_ARGS ?=
+
+# Where the machine carries local wheels (a CPU torch build), pip takes them instead of the multi-GB CUDA build.
+ifneq ($(wildcard /opt/wheels/*.whl),)
+export PIP_FIND_LINKS := /opt/wheels
+endif
+
+.PHONY: setup system-packages serve test lint format bench clean
+
+system-packages:
+	@bash scripts/system-packages.sh
+
+$(STAMP): pyproject.toml scripts/system-packages.sh scripts/apt-packages.txt
+	@bash scripts/system-packages.sh
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --disable-pip-version-check --upgrade pip setuptools wheel
+	$(BIN)/python -m pip install -q --disable-pip-version-check -e ".[$(TEST_EXTRAS)]"
+	@touch $(STAMP)
+
+setup: $(STAMP)
+
+serve: setup
+	$(BIN)/proctor serve
+
+test: setup
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+lint: setup
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+format: setup
+	$(BIN)/ruff check --fix .
+	$(BIN)/ruff format .
+
+bench: setup
+	$(BIN)/python bench/service.py
+
+clean:
+	rm -rf $(VENV) build dist *.egg-info .pytest_cache .ruff_cache
