@@ -9,7 +9,6 @@ the deadline lives in the parent, so it works from any thread and stops C code t
 from __future__ import annotations
 
 import logging
-import os
 import queue
 import socket
 import subprocess
@@ -215,10 +214,3 @@ class WorkerPool:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-
-def default_pool_size() -> int:
-    """One worker per core the process may use."""
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except AttributeError:
-        return max(1, os.cpu_count() or 1)

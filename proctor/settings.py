@@ -13,7 +13,11 @@ FailurePolicy = Literal["raise", "none", "value"]
 
 
 def _default_pool_workers() -> int:
-    return max(1, os.cpu_count() or 1)
+    """One worker per core this process may run on."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not Linux
+        return max(1, os.cpu_count() or 1)
 
 
 class Settings(BaseSettings):
