@@ -1,0 +1,24 @@
+"""Settings come from PROCTOR_* variables, and the README documents every one of them."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from proctor.settings import Settings
+
+README = Path(__file__).resolve().parents[1] / "README.md"
+
+
+def test_every_setting_is_documented_in_the_readme():
+    text = README.read_text()
+    missing = [name for name in Settings.model_fields if f"`PROCTOR_{name.upper()}`" not in text]
+    assert not missing, f"README.md does not document: {missing}"
+
+
+def test_settings_read_the_environment(monkeypatch):
+    monkeypatch.setenv("PROCTOR_PORT", "9123")
+    monkeypatch.setenv("PROCTOR_POOL_WORKERS", "3")
+    monkeypatch.setenv("PROCTOR_ON_FAILURE", "none")
+    settings = Settings()
+    assert (settings.port, settings.pool_workers, settings.on_failure) == (9123, 3, "none")
+    assert settings.host == "127.0.0.1"
