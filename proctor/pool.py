@@ -33,6 +33,13 @@ class PoolClosed(Exception):
     """The pool was shut down before the item ran."""
 
 
+class WorkerStartError(Exception):
+    """A worker process did not come up (import error in a plugin, or it died while loading)."""
+
+
+WORKER_START_TIMEOUT_S = 120.0
+
+
 @dataclass
 class _Job:
     verifier: str
@@ -69,6 +76,15 @@ class _Slot(threading.Thread):
         conn = Connection(parent_sock.detach())
         conn.send({"sys_path": sys.path, "memory_mb": self.pool.memory_mb})
         self.process, self.conn, self.tasks_done = process, conn, 0
+        # Wait for the worker's imports here, so they never count against an item's deadline.
+        try:
+            ready = conn.poll(WORKER_START_TIMEOUT_S) and conn.recv()[0] == "ready"
+        except (EOFError, OSError):
+            ready = False
+        if not ready:
+            exitcode = process.poll()
+            self.stop_worker(kill=True)
+            raise WorkerStartError(f"worker did not start (exit code {exitcode})")
 
     def stop_worker(self, kill: bool) -> None:
         """Stop the worker process: SIGKILL when it overran, else a polite close."""
@@ -104,13 +120,20 @@ class _Slot(threading.Thread):
             finally:
                 self.busy = False
             if self.process is None and not self.pool.closed:
-                self.start_worker()  # replace a killed worker now, not when the next item is waiting
+                try:
+                    self.start_worker()  # replace a killed worker now, not when the next item is waiting
+                except WorkerStartError:
+                    log.exception("could not restart a pool worker; retrying with the next item")
 
     def run_job(self, job: _Job) -> Verdict:
         """Send one job to the worker and wait for its verdict until the job's deadline."""
         if self.process is None or self.process.poll() is not None or self.tasks_done >= self.pool.max_tasks:
             self.stop_worker(kill=True)
-            self.start_worker()
+            try:
+                self.start_worker()
+            except WorkerStartError as exc:
+                self.pool.count("crashes")
+                return Verdict.failure(Status.verifier_error, "worker_start_failed", error=str(exc))
         assert self.conn is not None
         self.conn.send((job.verifier, job.payload))
         self.tasks_done += 1
@@ -154,7 +177,12 @@ class WorkerPool:
         self.closed = False
         self.slots = [_Slot(self, i) for i in range(workers)]
         for slot in self.slots:
-            slot.start_worker()
+            try:
+                slot.start_worker()
+            except WorkerStartError:
+                log.exception(
+                    "pool worker %s did not start; it will be retried with its first item", slot.name
+                )
             slot.start()
 
     def count(self, name: str) -> None:
@@ -213,4 +241,3 @@ class WorkerPool:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-

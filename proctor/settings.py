@@ -62,7 +62,9 @@ class Settings(BaseSettings):
         "text.match", description="Verifier for plain-string labels on compat routes."
     )
     on_failure: FailurePolicy = Field(
-        "value", description="Compat routes: what a machinery failure returns (raise | none | value)."
+        "raise",
+        description="Compat routes: what a machinery failure returns (raise | none | value). The default, raise, "
+        "answers 503 so the trainer retries and then stops loudly, never training on a failure as a reward.",
     )
     failure_value: float = Field(0.0, description="The reward a failure returns under on_failure=value.")
 

@@ -1,0 +1,99 @@
+"""The FastAPI application: routes, middleware, error handlers, and the engine's lifespan."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import importlib
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI
+
+import proctor
+from proctor.api import compat, ops, routes
+from proctor.api.admission import Admission
+from proctor.api.auth import BearerAuthMiddleware
+from proctor.api.errors import install_error_handlers
+from proctor.api.limits import BodyLimitMiddleware
+from proctor.api.metrics import Metrics, RequestMetricsMiddleware
+from proctor.api.state import ServiceState
+from proctor.contract import RequestError
+from proctor.engine import Engine
+from proctor.registry import all_verifiers, get_verifier, load_verifiers
+from proctor.settings import Settings, get_settings
+
+log = logging.getLogger(__name__)
+
+GAUGE_REFRESH_S = 1.0
+
+
+def create_app(settings: Settings | None = None, engine: Engine | None = None) -> FastAPI:
+    """Build the service; the engine is created at start-up unless given, and a created one is closed at shutdown."""
+    settings = settings or get_settings()
+    state = ServiceState(
+        settings=settings,
+        admission=Admission(settings.max_concurrency, settings.max_queue),
+        metrics=Metrics(),
+        engine=engine,
+    )
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        load_verifiers()  # a broken plugin fails start-up, not the first request
+        for module in filter(None, (name.strip() for name in settings.plugins.split(","))):
+            importlib.import_module(module)
+        state.verifiers = [spec.describe() for spec in all_verifiers()]
+        _check_default_verifier(settings.default_verifier)
+        owned = state.engine is None
+        if owned:
+            state.engine = Engine(settings)
+        refresher = asyncio.create_task(_refresh_gauges(state)) if state.metrics.multiprocess else None
+        try:
+            yield
+        finally:
+            if refresher is not None:
+                refresher.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await refresher
+            if owned and state.engine is not None:
+                await asyncio.to_thread(state.engine.close)
+                state.engine = None
+            state.metrics.close()
+
+    app = FastAPI(
+        title="Proctor",
+        version=proctor.__version__,
+        description="Rewards you can trust for RL on language models, behind one scoring contract.",
+        lifespan=lifespan,
+    )
+    app.state.proctor = state
+    install_error_handlers(app, settings.retry_after_s, state.metrics.observe_rejection)
+    app.include_router(routes.router)
+    app.include_router(compat.router)
+    app.include_router(ops.router)
+
+    # add_middleware wraps what is already there, so the last added runs first:
+    # metrics (sees every answer) -> auth (rejects before any body is read) -> body limit -> app.
+    app.add_middleware(BodyLimitMiddleware, max_body_bytes=settings.max_body_bytes)
+    if settings.token:
+        app.add_middleware(BearerAuthMiddleware, token=settings.token)
+    app.add_middleware(RequestMetricsMiddleware, metrics=state.metrics)
+    return app
+
+
+def _check_default_verifier(name: str) -> None:
+    try:
+        get_verifier(name)
+    except RequestError:
+        log.warning(
+            "PROCTOR_DEFAULT_VERIFIER=%r is not a registered verifier; plain compat labels will fail", name
+        )
+
+
+async def _refresh_gauges(state: ServiceState) -> None:
+    """Keep this worker's share of the pool and admission gauges current for whichever worker is scraped."""
+    while True:
+        state.refresh_gauges()
+        await asyncio.sleep(GAUGE_REFRESH_S)

@@ -1,0 +1,234 @@
+"""Compatibility routes that map other trainers' reward-server payloads onto the scoring contract.
+
+OpenRLHF (checked against OpenRLHF/OpenRLHF at 3c3be62, 2026-08; `openrlhf/utils/agent.py`,
+`SingleTurnAgentExecutor._fetch_rewards_via_http`, and `openrlhf/trainer/ppo_utils/samples_generator.py`):
+the trainer POSTs `{"query": [...], "prompts": [...], "labels": [...]}` to `--reward.remote_url` with aiohttp,
+one sample per request (with several URLs the batch is split, so a server can also get empty lists), and reads
+`rewards` (advantages), `scores` (dynamic filtering; falls back to `rewards`) and `extra_logs` (each value is
+turned into a tensor and logged, so it must be numeric). `query` is the decoded prompt + response with special
+tokens kept; `prompts` is the prompt text. A non-2xx answer is retried 5 times, 1 s apart; after that the
+sample has no reward and the experience maker stops with "reward_model_group is required when rewards are not
+precomputed". Dynamic filtering (`--algo.dynamic_filtering_enable`, range `--algo.dynamic_filtering_range`,
+default (0, 1)) drops a prompt's whole group of samples when `not (low < mean(scores) < high)`; a NaN score
+makes the mean NaN, which fails that test whatever the range. Python's json (used by aiohttp) reads NaN.
+
+So the on_failure policies do this for OpenRLHF:
+- raise: HTTP 503 with the error JSON; OpenRLHF retries, then the run stops loudly.
+- none: `scores[i]` is NaN, so with dynamic filtering the sample's group is dropped; `rewards[i]` is
+  failure_value, which is what trains if dynamic filtering is off (OpenRLHF cannot mask one sample).
+- value: `rewards[i]` and `scores[i]` are failure_value.
+`extra_logs` holds one 0/1 flag per item for each status (`proctor_status_ok`, `proctor_status_timeout`, ...)
+and `proctor_failed`, so failure rates show up in the trainer's logs.
+
+slime (checked against THUDM/slime at 624b824, 2026-08; `slime/rollout/rm_hub/__init__.py`, `remote_rm`):
+with `--rm-type remote_rm --rm-url URL` slime POSTs `{"prompt", "response", "label"}` per sample (prompt may be
+a chat message list, label a string or None), retries up to 10 times with exponential backoff on any error,
+then raises; on success `sample.reward = await resp.json()`, i.e. the bare JSON value (a number; a dict only
+with `--reward-key`). So this route answers a bare number, or `null` under on_failure=none. slime has no
+reward value that masks a sample: its group normalisation and `check_reward_nonzero_std` call torch.tensor on
+the rewards, which fails on None, so `none` needs a `--rollout-sample-filter-path` function that sets
+`remove_sample = True` and a numeric reward on samples whose reward is None; otherwise use raise or value.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any, Literal
+
+from fastapi import APIRouter, Depends, Query
+from pydantic import BaseModel, ConfigDict, Field
+from starlette.responses import Response
+
+from proctor.api.rendering import json_response
+from proctor.api.responses import error_responses
+from proctor.api.state import ServiceState, get_state
+from proctor.contract import ItemError, RequestError, Score, Status
+from proctor.engine import prepare
+from proctor.policy import reward_or_policy
+
+router = APIRouter(prefix="/compat", tags=["compatibility"])
+
+Policy = Literal["raise", "none", "value"]
+STATUS_LOG_KEYS = tuple(f"proctor_status_{status.value}" for status in Status)
+
+
+class OpenRLHFRequest(BaseModel):
+    """OpenRLHF's remote reward request: decoded prompt+response, the prompts, and the dataset labels."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    query: list[str] = Field(description="Prompt + response text, as OpenRLHF decodes it.")
+    prompts: list[str] = Field(description="The prompt of each query; removed from its start when present.")
+    labels: list[str | dict[str, Any]] = Field(
+        description='A gold answer for the default verifier, or JSON {"verifier", "reference", "options"?}.'
+    )
+
+
+class OpenRLHFResponse(BaseModel):
+    """What OpenRLHF reads: rewards for advantages, scores for dynamic filtering, numeric extra_logs."""
+
+    rewards: list[float]
+    scores: list[float] = Field(
+        description="Equal to rewards, except NaN for failures under on_failure=none."
+    )
+    extra_logs: dict[str, list[float]]
+
+
+class SlimeRequest(BaseModel):
+    """slime's remote reward request for one sample."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    prompt: str | list[dict[str, Any]] | None = Field(default=None, description="Not used for scoring.")
+    response: str
+    label: str | dict[str, Any] = Field(
+        description='A gold answer for the default verifier, or JSON {"verifier", "reference", "options"?}.'
+    )
+
+
+def failure_policy(
+    on_failure: Policy | None = Query(
+        None,
+        description="What a scoring failure returns: raise (503) | none | value. Default: PROCTOR_ON_FAILURE.",
+    ),
+    failure_value: float | None = Query(
+        None,
+        allow_inf_nan=False,
+        description="The reward under on_failure=value. Default: PROCTOR_FAILURE_VALUE.",
+    ),
+    state: ServiceState = Depends(get_state),
+) -> tuple[Policy, float]:
+    """The request's on_failure policy and failure value, falling back to the settings."""
+    policy = on_failure or state.settings.on_failure
+    value = state.settings.failure_value if failure_value is None else failure_value
+    return policy, value
+
+
+def label_request(
+    label: str | dict[str, Any], response: str, default_verifier: str
+) -> tuple[dict[str, Any], bool]:
+    """A score request from a compat label, and whether the label named its own verifier."""
+    parsed: Any = label
+    if isinstance(label, str):
+        try:
+            parsed = json.loads(label)
+        except ValueError:
+            parsed = None
+    if isinstance(parsed, dict) and "verifier" in parsed and "reference" in parsed:
+        request = {"verifier": parsed["verifier"], "response": response, "reference": parsed["reference"]}
+        if "options" in parsed:
+            request["options"] = parsed["options"]
+        return request, True
+    if isinstance(label, dict):
+        raise RequestError(422, 'a label object needs "verifier" and "reference" keys', None)
+    return {"verifier": default_verifier, "response": response, "reference": label}, False
+
+
+def label_error(exc: RequestError, label_field: str, structured: bool) -> RequestError:
+    """Re-point an engine error at the compat field the client sent (e.g. labels.3.reference.op)."""
+    field = exc.field
+    if not structured:
+        if exc.status == 404:  # the default verifier is not registered: a server configuration problem
+            return RequestError(exc.status, f"{exc.message} (PROCTOR_DEFAULT_VERIFIER)", None)
+        return RequestError(exc.status, f"{label_field}: {exc.message}", label_field)
+    full = f"{label_field}.{field}" if field else label_field
+    return RequestError(exc.status, f"{label_field}: {exc.message}", full)
+
+
+def strip_prompt(query: str, prompt: str) -> str:
+    """The response part of an OpenRLHF query: the query without its prompt prefix."""
+    return query[len(prompt) :] if prompt and query.startswith(prompt) else query
+
+
+def status_logs(results: list[Score]) -> dict[str, list[float]]:
+    """Per-item 0/1 flags for every status, plus proctor_failed, for OpenRLHF's extra_logs."""
+    logs = {key: [0.0] * len(results) for key in STATUS_LOG_KEYS}
+    logs["proctor_failed"] = [0.0 if r.status is Status.ok else 1.0 for r in results]
+    for index, result in enumerate(results):
+        logs[f"proctor_status_{result.status.value}"][index] = 1.0
+    return logs
+
+
+@router.post(
+    "/openrlhf/get_reward",
+    response_model=OpenRLHFResponse,
+    responses=error_responses(400, 401, 404, 413, 422, 429, 503),
+    summary="OpenRLHF remote reward",
+)
+async def openrlhf_get_reward(
+    body: OpenRLHFRequest,
+    policy: tuple[Policy, float] = Depends(failure_policy),
+    state: ServiceState = Depends(get_state),
+) -> Response:
+    """Score OpenRLHF's batch: rewards, scores (NaN for failures under on_failure=none) and extra_logs."""
+    count = len(body.query)
+    for name in ("prompts", "labels"):
+        if len(getattr(body, name)) != count:
+            raise RequestError(
+                422, f"{name} has {len(getattr(body, name))} items but query has {count}", name
+            )
+    if count > state.settings.max_batch_items:
+        raise RequestError(
+            413,
+            f"{count} items; the limit is {state.settings.max_batch_items} (PROCTOR_MAX_BATCH_ITEMS)",
+            "query",
+        )
+    requests: list[dict[str, Any]] = []
+    structured: list[bool] = []
+    for index, (query, prompt, label) in enumerate(zip(body.query, body.prompts, body.labels, strict=True)):
+        try:
+            request, named = label_request(
+                label, strip_prompt(query, prompt), state.settings.default_verifier
+            )
+        except RequestError as exc:
+            raise RequestError(exc.status, f"labels.{index}: {exc.message}", f"labels.{index}") from None
+        requests.append({**request, "id": index})
+        structured.append(named)
+    engine = state.require_engine()
+    async with state.admission.slot():
+        results = await engine.score_batch_async(requests)
+    for index, result in enumerate(results):
+        if isinstance(result, ItemError):
+            error = RequestError(result.error.status, result.error.message, result.error.field)
+            raise label_error(error, f"labels.{index}", structured[index])
+    scores: list[Score] = results  # type: ignore[assignment]
+    for result in scores:
+        state.metrics.observe_score(result)
+    on_failure, value = policy
+    rewards: list[float] = []
+    filter_scores: list[float] = []
+    for result in scores:
+        reward = reward_or_policy(result, on_failure, value)  # ScoringFailed -> 503 (errors.py)
+        rewards.append(value if reward is None else reward)
+        filter_scores.append(math.nan if reward is None else reward)
+    payload = {"rewards": rewards, "scores": filter_scores, "extra_logs": status_logs(scores)}
+    return json_response(payload, nan="constants")
+
+
+@router.post(
+    "/slime",
+    response_model=float | None,
+    responses=error_responses(400, 401, 404, 413, 422, 429, 503),
+    summary="slime remote reward",
+)
+async def slime_reward(
+    body: SlimeRequest,
+    policy: tuple[Policy, float] = Depends(failure_policy),
+    state: ServiceState = Depends(get_state),
+) -> Response:
+    """Score one slime sample; the answer is the bare reward (null for a failure under on_failure=none)."""
+    try:
+        request, named = label_request(body.label, body.response, state.settings.default_verifier)
+    except RequestError as exc:
+        raise RequestError(exc.status, f"label: {exc.message}", "label") from None
+    try:
+        item = prepare(request)
+    except RequestError as exc:
+        raise label_error(exc, "label", named) from None
+    engine = state.require_engine()
+    async with state.admission.slot():
+        result = await engine.score_async(item)
+    state.metrics.observe_score(result)
+    on_failure, value = policy
+    return json_response(reward_or_policy(result, on_failure, value))

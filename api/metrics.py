@@ -1,0 +1,164 @@
+"""Prometheus metrics: HTTP requests and latency by route, scores by verifier and status, pool and admission gauges.
+
+Each app has its own CollectorRegistry. With several uvicorn workers `serve()` sets PROMETHEUS_MULTIPROC_DIR
+before the workers start; prometheus_client then keeps values in per-process files and `/metrics`, answered by
+any one worker, sums counters and histograms over all of them. Gauges use `livesum`: the pool and admission
+gauges are the sum over live workers, refreshed by each worker every second.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    generate_latest,
+    multiprocess,
+)
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from proctor.contract import Score
+
+MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
+_LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
+_POOL_FIELDS = ("workers", "alive", "busy", "queued", "submitted", "timeouts", "crashes")
+
+
+def multiprocess_mode() -> bool:
+    """Whether prometheus_client is collecting across worker processes."""
+    return bool(os.environ.get(MULTIPROC_ENV))
+
+
+class Metrics:
+    """The service's metrics and their exposition."""
+
+    def __init__(self) -> None:
+        self.multiprocess = multiprocess_mode()
+        # In multiprocess mode values live in files, so the metric objects belong to no registry.
+        self.registry: CollectorRegistry | None = None if self.multiprocess else CollectorRegistry()
+        reg = self.registry
+        self.requests = Counter(
+            "proctor_http_requests",
+            "HTTP requests by route template, method and status code.",
+            ["route", "method", "status"],
+            registry=reg,
+        )
+        self.request_seconds = Histogram(
+            "proctor_http_request_duration_seconds",
+            "HTTP request latency by route template.",
+            ["route"],
+            buckets=_LATENCY_BUCKETS,
+            registry=reg,
+        )
+        self.scores = Counter(
+            "proctor_scores", "Scores produced, by verifier and status.", ["verifier", "status"], registry=reg
+        )
+        self.score_seconds = Histogram(
+            "proctor_score_duration_seconds",
+            "Time to score one item (cache hits included), by verifier.",
+            ["verifier"],
+            buckets=_LATENCY_BUCKETS,
+            registry=reg,
+        )
+        self.rejected = Counter(
+            "proctor_rejected",
+            "Requests answered 429, by reason (queue_full: admission queue; pool_full: verifier pool queue).",
+            ["reason"],
+            registry=reg,
+        )
+        self.admission = Gauge(
+            "proctor_admission",
+            "Scoring requests running and waiting for a slot.",
+            ["state"],
+            multiprocess_mode="livesum",
+            registry=reg,
+        )
+        self.pool = Gauge(
+            "proctor_pool",
+            "Verifier worker pool: workers, alive, busy, queued, and lifetime submitted/timeouts/crashes.",
+            ["field"],
+            multiprocess_mode="livesum",
+            registry=reg,
+        )
+        for field in _POOL_FIELDS:
+            self.pool.labels(field).set(0)
+        for state in ("running", "queued"):
+            self.admission.labels(state).set(0)
+
+    def observe_request(self, route: str, method: str, status: int, seconds: float) -> None:
+        """Count one HTTP request and its latency."""
+        self.requests.labels(route, method, str(status)).inc()
+        self.request_seconds.labels(route).observe(seconds)
+
+    def observe_score(self, score: Score) -> None:
+        """Count one score by verifier name (without version) and status."""
+        name = score.verifier.split("@", 1)[0]
+        self.scores.labels(name, score.status.value).inc()
+        self.score_seconds.labels(name).observe(score.elapsed_ms / 1000.0)
+
+    def observe_rejection(self, reason: str) -> None:
+        """Count one 429."""
+        self.rejected.labels(reason).inc()
+
+    def refresh(self, admission: dict[str, int], pool: dict[str, int] | None) -> None:
+        """Copy the current admission and pool state into the gauges."""
+        self.admission.labels("running").set(admission.get("running", 0))
+        self.admission.labels("queued").set(admission.get("queued", 0))
+        for field in _POOL_FIELDS:
+            self.pool.labels(field).set((pool or {}).get(field, 0))
+
+    def render(self) -> tuple[bytes, str]:
+        """The Prometheus text exposition and its content type."""
+        if self.multiprocess:
+            registry = CollectorRegistry()
+            multiprocess.MultiProcessCollector(registry)
+            return generate_latest(registry), CONTENT_TYPE_LATEST
+        assert self.registry is not None
+        return generate_latest(self.registry), CONTENT_TYPE_LATEST
+
+    def close(self) -> None:
+        """Drop this process's live gauges from the shared files when it stops."""
+        if self.multiprocess:
+            multiprocess.mark_process_dead(os.getpid())
+
+
+class RequestMetricsMiddleware:
+    """Pure ASGI middleware timing every HTTP request and counting it by route template and status."""
+
+    def __init__(self, app: ASGIApp, metrics: Metrics):
+        self.app = app
+        self.metrics = metrics
+
+    @staticmethod
+    def route_of(scope: Scope) -> str:
+        """The route template the router matched (bounded label values), or 'unmatched'."""
+        route = scope.get("route")  # set by FastAPI's router on the shared scope when a route matches
+        return str(getattr(route, "path_format", None) or getattr(route, "path", None) or "unmatched")
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = time.perf_counter()
+        status = 500
+
+        async def send_wrapper(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_wrapper)
+        finally:
+            method = scope.get("method", "")
+            method = (
+                method if method in _METHODS else "other"
+            )  # clients choose methods; labels must stay bounded
+            self.metrics.observe_request(self.route_of(scope), method, status, time.perf_counter() - started)

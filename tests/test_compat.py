@@ -1,0 +1,199 @@
+"""Compatibility routes over real HTTP: OpenRLHF's remote reward and slime's remote RM, with each on_failure policy."""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable
+
+import httpx
+import pytest
+
+OPENRLHF = "/compat/openrlhf/get_reward"
+SLIME = "/compat/slime"
+STATUS_KEYS = {
+    "proctor_status_ok",
+    "proctor_status_timeout",
+    "proctor_status_sandbox_error",
+    "proctor_status_verifier_error",
+    "proctor_status_judge_error",
+    "proctor_failed",
+}
+# test.misbehave sleeps on "sleep" and is killed at its deadline: a machinery failure, never a verdict.
+SLEEPER_LABEL = json.dumps({"verifier": "test.misbehave", "reference": "x", "options": {"deadline_s": 0.5}})
+
+
+def post(base: str, path: str, body: object, **params: str) -> httpx.Response:
+    """POST JSON with query parameters."""
+    return httpx.post(f"{base}{path}", json=body, params=params, timeout=60)
+
+
+def error_of(response: httpx.Response, status: int) -> dict:
+    """The error body of a response that must have this status."""
+    assert response.status_code == status, response.text
+    return response.json()["error"]
+
+
+# -- OpenRLHF -------------------------------------------------------------------------------------------
+
+
+def test_openrlhf_plain_and_json_labels(live_server: str) -> None:
+    prompts = [
+        "<|user|>What is 6*7?<|assistant|>",
+        "<|user|>Say hi<|assistant|>",
+        "<|user|>2+2?<|assistant|>",
+    ]
+    responses = ["Answer: 42", "hello", "Answer: 5"]
+    labels = [
+        "42",  # plain gold answer: the default verifier (text.match)
+        json.dumps({"verifier": "test.misbehave", "reference": "hello"}),
+        "4",
+    ]
+    body = {
+        "query": [p + r for p, r in zip(prompts, responses, strict=True)],
+        "prompts": prompts,
+        "labels": labels,
+    }
+    response = post(live_server, OPENRLHF, body)
+    assert response.status_code == 200, response.text
+    result = response.json()
+    assert result["rewards"] == [1.0, 1.0, 0.0]
+    assert result["scores"] == [1.0, 1.0, 0.0]
+    logs = result["extra_logs"]
+    assert set(logs) == STATUS_KEYS
+    assert logs["proctor_status_ok"] == [1.0, 1.0, 1.0]
+    assert logs["proctor_failed"] == [0.0, 0.0, 0.0]
+
+
+def test_openrlhf_prompt_prefix_is_removed_only_when_present(live_server: str) -> None:
+    # test.misbehave rewards an exact match, so the first item scores 1 only if "PROMPT " was stripped.
+    label = json.dumps({"verifier": "test.misbehave", "reference": "tail"})
+    body = {"query": ["PROMPT tail", "tail"], "prompts": ["PROMPT ", "OTHER "], "labels": [label, label]}
+    assert post(live_server, OPENRLHF, body).json()["rewards"] == [1.0, 1.0]
+
+
+def test_openrlhf_empty_batch(live_server: str) -> None:
+    result = post(live_server, OPENRLHF, {"query": [], "prompts": [], "labels": []}).json()
+    assert result["rewards"] == [] and result["scores"] == []
+    assert all(values == [] for values in result["extra_logs"].values())
+
+
+def test_openrlhf_default_policy_raises_rather_than_training_on_a_failure(live_server: str) -> None:
+    body = {"query": ["sleep"], "prompts": [""], "labels": [SLEEPER_LABEL]}
+    response = post(live_server, OPENRLHF, body)  # server default: on_failure=raise
+    assert "timeout" in error_of(response, 503)["message"]
+    valued = post(live_server, OPENRLHF, body, on_failure="value").json()  # failure_value defaults to 0.0
+    assert valued["rewards"] == [0.0] and valued["scores"] == [0.0]
+    assert valued["extra_logs"]["proctor_status_timeout"] == [1.0]
+    assert valued["extra_logs"]["proctor_failed"] == [1.0]
+
+
+def test_openrlhf_policies_on_a_failed_item(live_server: str) -> None:
+    body = {
+        "query": ["P:Answer: 3", "P:sleep"],
+        "prompts": ["P:", "P:"],
+        "labels": ["3", SLEEPER_LABEL],
+    }
+    valued = post(live_server, OPENRLHF, body, on_failure="value", failure_value="0.25").json()
+    assert valued["rewards"] == [1.0, 0.25] and valued["scores"] == [1.0, 0.25]
+
+    # none: the failed item's score is NaN, which fails OpenRLHF's dynamic-filtering range check.
+    excluded = post(live_server, OPENRLHF, body, on_failure="none", failure_value="0.5")
+    assert excluded.status_code == 200
+    assert "NaN" in excluded.text
+    result = excluded.json()  # Python's json (and OpenRLHF's aiohttp) read NaN
+    assert result["rewards"] == [1.0, 0.5]
+    assert result["scores"][0] == 1.0 and math.isnan(result["scores"][1])
+    assert result["extra_logs"]["proctor_failed"] == [0.0, 1.0]
+
+    raised = error_of(post(live_server, OPENRLHF, body, on_failure="raise"), 503)
+    assert "item 1" in raised["message"] and "timeout" in raised["message"]
+
+
+def test_openrlhf_bad_requests_name_the_field(live_server: str) -> None:
+    mismatch = {"query": ["a", "b"], "prompts": ["", ""], "labels": ["a"]}
+    assert error_of(post(live_server, OPENRLHF, mismatch), 422)["field"] == "labels"
+    prompts_short = {"query": ["a", "b"], "prompts": [""], "labels": ["a", "b"]}
+    assert error_of(post(live_server, OPENRLHF, prompts_short), 422)["field"] == "prompts"
+
+    bad_reference = json.dumps({"verifier": "test.misbehave", "reference": 5})
+    body = {"query": ["x", "y"], "prompts": ["", ""], "labels": ["x", bad_reference]}
+    assert error_of(post(live_server, OPENRLHF, body), 422)["field"] == "labels.1.reference"
+
+    unknown = json.dumps({"verifier": "no.such", "reference": "x"})
+    error = error_of(post(live_server, OPENRLHF, {"query": ["x"], "prompts": [""], "labels": [unknown]}), 404)
+    assert error["field"] == "labels.0.verifier" and "text.match" in error["message"]
+
+    policy = error_of(
+        post(live_server, OPENRLHF, {"query": [], "prompts": [], "labels": []}, on_failure="skip"), 422
+    )
+    assert policy["field"] == "on_failure"
+    missing = error_of(post(live_server, OPENRLHF, {"query": ["x"], "prompts": [""]}), 422)
+    assert missing["field"] == "labels"
+
+
+def test_json_label_without_verifier_is_a_plain_answer(live_server: str) -> None:
+    label = json.dumps({"answer": 1})
+    body = {"query": [label], "prompts": [""], "labels": [label]}
+    result = post(live_server, OPENRLHF, body).json()
+    assert result["extra_logs"]["proctor_status_ok"] == [1.0]
+    assert result["rewards"] == [1.0]
+
+
+# -- slime ----------------------------------------------------------------------------------------------
+
+
+def test_slime_returns_the_bare_reward(live_server: str) -> None:
+    right = post(live_server, SLIME, {"prompt": "6*7?", "response": "Answer: 42", "label": "42"})
+    assert right.status_code == 200 and right.json() == 1.0
+    wrong = post(live_server, SLIME, {"prompt": "6*7?", "response": "Answer: 41", "label": "42"})
+    assert wrong.json() == 0.0
+    structured = json.dumps({"verifier": "test.misbehave", "reference": "hi"})
+    assert post(live_server, SLIME, {"prompt": "say hi", "response": "hi", "label": structured}).json() == 1.0
+    as_object = {"verifier": "test.misbehave", "reference": "hi"}
+    assert post(live_server, SLIME, {"response": "hi", "label": as_object}).json() == 1.0
+    chat_prompt = [{"role": "user", "content": "6*7?"}]
+    assert (
+        post(live_server, SLIME, {"prompt": chat_prompt, "response": "Answer: 42", "label": "42"}).json()
+        == 1.0
+    )
+
+
+@pytest.mark.parametrize(
+    ("params", "expected"),
+    [
+        ({"on_failure": "value", "failure_value": "-1"}, -1.0),
+        ({"on_failure": "none"}, None),
+        ({"on_failure": "value"}, 0.0),
+    ],
+)
+def test_slime_policies_on_failure(live_server: str, params: dict[str, str], expected: float | None) -> None:
+    response = post(
+        live_server, SLIME, {"prompt": "p", "response": "sleep", "label": SLEEPER_LABEL}, **params
+    )
+    assert response.status_code == 200, response.text
+    assert response.json() == expected
+
+
+def test_slime_raise_policy_is_503(live_server: str) -> None:
+    response = post(
+        live_server, SLIME, {"prompt": "p", "response": "sleep", "label": SLEEPER_LABEL}, on_failure="raise"
+    )
+    assert "timeout" in error_of(response, 503)["message"]
+
+
+def test_slime_bad_label_names_the_field(live_server: str) -> None:
+    bad = json.dumps({"verifier": "test.misbehave", "reference": "x", "options": {"bogus": 1}})
+    error = error_of(post(live_server, SLIME, {"response": "x", "label": bad}), 422)
+    assert error["field"] == "label.options.bogus"
+    incomplete = error_of(
+        post(live_server, SLIME, {"response": "x", "label": {"verifier": "text.match"}}), 422
+    )
+    assert incomplete["field"] == "label"
+    assert error_of(post(live_server, SLIME, {"response": "x"}), 422)["field"] == "label"
+
+
+def test_compat_failure_policy_defaults_come_from_settings(start_server: Callable[..., str]) -> None:
+    base = start_server(PROCTOR_ON_FAILURE="none")
+    assert post(base, SLIME, {"response": "sleep", "label": SLEEPER_LABEL}).json() is None
+    assert post(base, SLIME, {"response": "sleep", "label": SLEEPER_LABEL}, on_failure="value").json() == 0.0
