@@ -1,0 +1,180 @@
+"""TRL reward functions backed by Proctor: `reward_function` (async) and `reward_function_sync`.
+
+TRL's GRPOTrainer (and RLOOTrainer) call each reward function as `f(prompts=, completions=,
+completion_ids=, **columns)` where `columns` are the dataset's other columns (one value per completion)
+plus `trainer_state` and, in recent versions, `log_metric` / `log_extra`; they log it under `f.__name__`.
+Since TRL 0.27 a reward function may be a coroutine function: TRL awaits it on its own event loop,
+concurrently with the other async reward functions. Older versions need `reward_function_sync`.
+
+The returned function scores the whole batch in one Proctor call (one HTTP request per chunk the server's
+limits allow, in-process when no server URL is set), reads the reference from the dataset column
+`reference_column`, and takes the text of conversational completions from the last assistant message.
+
+Failure policy in TRL (`on_failure`, default `none`):
+- `none` returns None for a failed item. TRL (0.16 and later) turns None into NaN and sums the reward
+  functions with `nansum`, so the failed function simply drops out of that completion's sum. When every
+  reward function returned None for a completion, TRL before 1.6 still sums to 0 and trains on that 0
+  (with a warning "All reward functions returned None"); TRL 1.6 and later leave such a completion out of
+  the group baseline and give it zero advantage. So with a single Proctor reward function, use TRL >= 1.6
+  for true masking, or add a second reward function (e.g. a format reward) that always scores.
+- `value` returns `failure_value` for a failed item, which TRL trains on like any reward.
+- `raise` raises ScoringFailed, which stops training.
+A request the service rejects (422 bad reference, 413 too large) follows the same policy; an unknown
+verifier (404) always raises. An unreachable service raises ProctorUnavailable after the client's
+retries, whatever the policy. When TRL passes `log_metric`, the share of failed items is logged as
+`proctor/<name>/failed`.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from proctor.adapters._common import (
+    Result,
+    check_policy,
+    completion_text,
+    failed,
+    outcome,
+    plain,
+    score_many,
+    score_many_async,
+    server_url_from_env,
+    warn_failures,
+)
+from proctor.policy import FailurePolicy
+
+Rewards = list[float | None]
+
+
+@dataclass(frozen=True)
+class _Scorer:
+    """Turns one TRL reward call into Proctor requests, and Proctor results into TRL rewards."""
+
+    verifier: str
+    reference_column: str | None
+    target: str | None
+    token: str | None
+    options: dict[str, Any]
+    on_failure: FailurePolicy
+    failure_value: float
+    name: str
+
+    def requests(self, completions: Sequence[Any], columns: Mapping[str, Any]) -> list[dict[str, Any]]:
+        references = self._references(len(completions), columns)
+        return [
+            {
+                "verifier": self.verifier,
+                "response": completion_text(completion),
+                "reference": reference,
+                "options": self.options,
+            }
+            for completion, reference in zip(completions, references, strict=True)
+        ]
+
+    def _references(self, count: int, columns: Mapping[str, Any]) -> list[Any]:
+        if self.reference_column is None:
+            return [None] * count
+        if self.reference_column not in columns:
+            present = ", ".join(sorted(key for key in columns if not callable(columns[key]))) or "none"
+            raise KeyError(
+                f"reward function {self.name}: the batch has no column {self.reference_column!r} "
+                f"(columns: {present}); pass reference_column="
+            )
+        references = list(plain(columns[self.reference_column]))
+        if len(references) != count:
+            raise ValueError(
+                f"reward function {self.name}: {len(references)} references for {count} completions"
+            )
+        return references
+
+    def rewards(self, results: list[Result], columns: Mapping[str, Any]) -> Rewards:
+        warn_failures(f"proctor reward function {self.name}", results)
+        log_metric = columns.get("log_metric")
+        if callable(log_metric) and results:
+            log_metric(f"proctor/{self.name}/failed", sum(map(failed, results)) / len(results))
+        return [outcome(result, self.on_failure, self.failure_value) for result in results]
+
+
+def _scorer(
+    verifier: str,
+    reference_column: str | None,
+    server_url: str | None,
+    token: str | None,
+    options: dict[str, Any] | None,
+    on_failure: str,
+    failure_value: float,
+    name: str | None,
+    in_process: bool,
+) -> _Scorer:
+    if not verifier:
+        raise ValueError("verifier must name a Proctor verifier, e.g. 'text.match'")
+    return _Scorer(
+        verifier=verifier,
+        reference_column=reference_column,
+        target=None if in_process else server_url_from_env(server_url),
+        token=token,
+        options=dict(options or {}),
+        on_failure=check_policy(on_failure),
+        failure_value=float(failure_value),
+        name=name or "proctor_" + re.sub(r"\W", "_", verifier),
+    )
+
+
+def reward_function(
+    verifier: str,
+    *,
+    reference_column: str | None = "answer",
+    server_url: str | None = None,
+    token: str | None = None,
+    options: dict[str, Any] | None = None,
+    on_failure: str = "none",
+    failure_value: float = 0.0,
+    name: str | None = None,
+    in_process: bool = False,
+) -> Callable[..., Awaitable[Rewards]]:
+    """An async TRL reward function scoring each batch with one Proctor call (server_url or $PROCTOR_URL)."""
+    scorer = _scorer(
+        verifier, reference_column, server_url, token, options, on_failure, failure_value, name, in_process
+    )
+
+    async def proctor_reward(prompts: list[Any], completions: list[Any], **columns: Any) -> Rewards:
+        results = await score_many_async(scorer.requests(completions, columns), scorer.target, scorer.token)
+        return scorer.rewards(results, columns)
+
+    return _named(proctor_reward, scorer)
+
+
+def reward_function_sync(
+    verifier: str,
+    *,
+    reference_column: str | None = "answer",
+    server_url: str | None = None,
+    token: str | None = None,
+    options: dict[str, Any] | None = None,
+    on_failure: str = "none",
+    failure_value: float = 0.0,
+    name: str | None = None,
+    in_process: bool = False,
+) -> Callable[..., Rewards]:
+    """The same reward function, synchronous, for TRL versions before 0.27 (no async reward functions)."""
+    scorer = _scorer(
+        verifier, reference_column, server_url, token, options, on_failure, failure_value, name, in_process
+    )
+
+    def proctor_reward(prompts: list[Any], completions: list[Any], **columns: Any) -> Rewards:
+        results = score_many(scorer.requests(completions, columns), scorer.target, scorer.token)
+        return scorer.rewards(results, columns)
+
+    return _named(proctor_reward, scorer)
+
+
+def _named(function: Any, scorer: _Scorer) -> Any:
+    function.__name__ = function.__qualname__ = scorer.name  # TRL logs rewards under __name__
+    function.__doc__ = (
+        f"Proctor reward: {scorer.verifier}, reference from column {scorer.reference_column!r}."
+    )
+    function.proctor_verifier = scorer.verifier
+    return function

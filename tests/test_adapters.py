@@ -1,0 +1,347 @@
+"""The verl, TRL and OpenRLHF adapters end to end: against the real service and in-process, every failure policy."""
+
+from __future__ import annotations
+
+import inspect
+import json
+import math
+import os
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import numpy as np
+import pytest
+
+import proctor.engine
+from proctor.adapters import openrlhf, trl, verl
+from proctor.client import ProctorRequestError
+from proctor.engine import Engine
+from proctor.policy import ScoringFailed
+from proctor.settings import Settings
+
+MISBEHAVE = "test.misbehave"
+REPO = str(Path(__file__).resolve().parents[1])
+VERL_KEYS = {"score", "acc", "failed", "status", "reason"}
+
+
+@pytest.fixture(autouse=True)
+def clean_config(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """No adapter setting leaks in from the environment or from another test."""
+    for key in [k for k in os.environ if k.startswith("PROCTOR_") and k != "PROCTOR_PLUGINS"]:
+        monkeypatch.delenv(key)
+    verl.reset_config()
+    yield
+    verl.reset_config()
+
+
+@pytest.fixture(scope="module")
+def in_process() -> Iterator[Engine]:
+    """A fresh process-wide engine whose pool workers know test.misbehave."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("PROCTOR_PLUGINS", "tests.plugins.slow")
+        if REPO not in sys.path:
+            patch.syspath_prepend(REPO)
+        import tests.plugins.slow  # noqa: F401  registers test.misbehave in this process
+
+        engine = Engine(Settings(pool_workers=2, pool_memory_mb=1024))
+        patch.setattr(proctor.engine, "_default_engine", engine)
+        yield engine
+        engine.close()
+
+
+def batch_calls(url: str) -> float:
+    """How many POST /v1/score/batch requests the server has answered, from its Prometheus metrics."""
+    total = 0.0
+    for line in httpx.get(f"{url}/metrics", timeout=10).text.splitlines():
+        if line.startswith("proctor_http_requests_total{") and 'route="/v1/score/batch"' in line:
+            total += float(line.rsplit(" ", 1)[1])
+    return total
+
+
+# -- verl --------------------------------------------------------------------------------------------------
+
+
+def test_verl_compute_score_over_http(live_server: str) -> None:
+    verl.configure(server_url=live_server, verifiers={"misc": MISBEHAVE})
+    right = verl.compute_score("misc", "42", "42", {"index": 0})
+    wrong = verl.compute_score("misc", "41", "42")
+    assert right == {"score": 1.0, "acc": 1.0, "failed": 0.0, "status": "ok", "reason": ""}
+    assert wrong == {"score": 0.0, "acc": 0.0, "failed": 0.0, "status": "ok", "reason": "mismatch"}
+
+
+def test_verl_verifier_comes_from_extra_info_then_mapping_then_default(live_server: str) -> None:
+    verl.configure(server_url=live_server, verifiers={"misc": "no.such.verifier"})
+    # extra_info wins over the mapping
+    assert verl.compute_score("misc", "a", "a", {"verifier": MISBEHAVE})["score"] == 1.0
+    with pytest.raises(ValueError, match="'other'.*misc"):
+        verl.compute_score("other", "a", "a")
+    verl.configure(default_verifier=MISBEHAVE)
+    assert verl.compute_score("other", "a", "a")["score"] == 1.0
+    # an unknown verifier is a configuration error under every policy
+    verl.configure(on_failure="value")
+    with pytest.raises(ProctorRequestError) as caught:
+        verl.compute_score("misc", "a", "a")
+    assert (caught.value.status, caught.value.field) == (404, "verifier")
+
+
+def test_verl_options_reach_the_verifier(live_server: str) -> None:
+    verl.configure(
+        server_url=live_server,
+        verifiers={"strict": {"verifier": MISBEHAVE, "options": {"no_such_option": 1}}},
+    )
+    with pytest.raises(ProctorRequestError) as caught:
+        verl.compute_score("strict", "a", "a")
+    assert caught.value.status == 422 and caught.value.field.startswith("options")
+    verl.configure(on_failure="value", failure_value=0.25)
+    rejected = verl.compute_score("strict", "a", "a")
+    assert rejected == {"score": 0.25, "acc": 0.25, "failed": 1.0, "status": "rejected", "reason": "http_422"}
+    # extra_info options are merged last
+    with pytest.raises(ProctorRequestError):
+        verl.compute_score(
+            "misc", "a", "a", {"verifier": MISBEHAVE, "options": {"bogus": True}}, on_failure="raise"
+        )
+
+
+@pytest.mark.parametrize("where", ["http", "in_process"])
+def test_verl_failure_policies(where: str, live_server: str, in_process: Engine) -> None:
+    target = {"in_process": True} if where == "in_process" else {"server_url": live_server}
+    verl.configure(verifiers={"misc": MISBEHAVE}, **target)
+    with pytest.raises(ScoringFailed) as crashed:
+        verl.compute_score("misc", "crash", "x")  # the default policy is raise
+    assert crashed.value.score.status.value == "verifier_error"
+    verl.configure(on_failure="value", failure_value=-1.0)
+    timed_out = verl.compute_score("misc", "sleep", "x")
+    assert timed_out == {
+        "score": -1.0,
+        "acc": -1.0,
+        "failed": 1.0,
+        "status": "timeout",
+        "reason": "deadline_exceeded",
+    }
+    assert verl.compute_score("misc", "a", "a")["score"] == 1.0  # true verdicts are untouched by the policy
+    with pytest.raises(ValueError, match="none"):
+        verl.configure(on_failure="none")
+
+
+def test_verl_reward_kwargs_configure_a_call(live_server: str) -> None:
+    # verl passes custom_reward_function.reward_kwargs, and its own keywords, to compute_score
+    result = verl.compute_score(
+        "anything",
+        "crash",
+        "x",
+        None,
+        server_url=live_server,
+        verifier=MISBEHAVE,
+        on_failure="value",
+        failure_value=0.5,
+        reward_router_address=None,
+    )
+    assert result["score"] == 0.5 and result["status"] == "verifier_error"
+    assert verl.current_config().server_url is None  # a call's keywords change nothing for the next call
+
+
+def test_verl_configuration_from_environment(live_server: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PROCTOR_URL", live_server)
+    monkeypatch.setenv("PROCTOR_VERL_VERIFIERS", json.dumps({"misc": MISBEHAVE}))
+    monkeypatch.setenv("PROCTOR_ON_FAILURE", "value")
+    monkeypatch.setenv("PROCTOR_FAILURE_VALUE", "0.125")
+    verl.reset_config()
+    assert verl.compute_score("misc", "crash", "x")["score"] == 0.125
+    monkeypatch.setenv("PROCTOR_ON_FAILURE", "none")
+    verl.reset_config()
+    with pytest.raises(ValueError, match="cannot work in verl"):
+        verl.compute_score("misc", "a", "a")
+    monkeypatch.setenv("PROCTOR_ON_FAILURE", "value")
+    monkeypatch.setenv("PROCTOR_VERL_VERIFIERS", "{not json")
+    verl.reset_config()
+    with pytest.raises(ValueError, match="PROCTOR_VERL_VERIFIERS"):
+        verl.compute_score("misc", "a", "a")
+
+
+def test_verl_batch_is_one_call_in_order(live_server: str) -> None:
+    verl.configure(
+        server_url=live_server, verifiers={"misc": MISBEHAVE}, on_failure="value", failure_value=0.0
+    )
+    before = batch_calls(live_server)
+    results = verl.compute_score_batch(
+        data_sources=np.array(["misc"] * 5, dtype=object),
+        solution_strs=["a", "b", "crash", "c", "c"],
+        ground_truths=["a", "a", "x", np.str_("c"), "d"],
+        extra_infos=[{"index": np.int64(i)} for i in range(5)],
+    )
+    assert batch_calls(live_server) - before == 1
+    assert [r["score"] for r in results] == [1.0, 0.0, 0.0, 1.0, 0.0]
+    assert [r["failed"] for r in results] == [0.0, 0.0, 1.0, 0.0, 0.0]
+    assert all(set(r) == VERL_KEYS for r in results)  # verl needs the same keys on every item
+
+
+async def test_verl_async_compute_score(live_server: str) -> None:
+    assert inspect.iscoroutinefunction(verl.compute_score_async)
+    verl.configure(server_url=live_server, verifiers={"misc": MISBEHAVE}, return_dict=False)
+    assert await verl.compute_score_async("misc", "z", np.str_("z"), {}) == 1.0
+    assert await verl.compute_score_async("misc", "z", "y") == 0.0
+
+
+def test_verl_in_process_with_numpy_inputs(in_process: Engine) -> None:
+    verl.configure(in_process=True, default_verifier=MISBEHAVE)
+    extra = {"verifier": np.str_(MISBEHAVE), "index": np.int64(3), "tags": np.array(["a", "b"])}
+    assert verl.compute_score("src", "q", np.str_("q"), extra)["score"] == 1.0
+    results = verl.compute_score_batch(["src", "src"], ["q", "r"], ["q", "q"], None)
+    assert [r["score"] for r in results] == [1.0, 0.0]
+
+
+def test_verl_rejects_bad_settings() -> None:
+    with pytest.raises(ValueError, match="on_failure"):
+        verl.configure(on_failure="ignore")
+    with pytest.raises(TypeError, match="no_such_setting"):
+        verl.configure(no_such_setting=1)
+
+
+def test_verl_configure_overrides_an_environment_policy_it_cannot_use(
+    live_server: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PROCTOR_ON_FAILURE", "none")  # e.g. set for the service's compatibility routes
+    verl.reset_config()
+    verl.configure(server_url=live_server, verifier=MISBEHAVE, on_failure="value", failure_value=0.75)
+    assert verl.compute_score("any", "crash", "x")["score"] == 0.75
+    with pytest.raises(ScoringFailed):
+        verl.compute_score("any", "crash", "x", on_failure="raise")  # a call's keyword wins
+    assert verl.current_config().on_failure == "value"
+
+
+# -- TRL ---------------------------------------------------------------------------------------------------
+
+COMPLETIONS = ["a", "sleep", "b", "crash"]
+ANSWERS = ["a", "x", "a", "x"]
+
+
+async def test_trl_reward_function_is_async_named_and_one_call(live_server: str) -> None:
+    reward = trl.reward_function(MISBEHAVE, server_url=live_server)
+    assert inspect.iscoroutinefunction(reward)
+    assert reward.__name__ == "proctor_test_misbehave"
+    metrics: list[tuple[str, float]] = []
+    before = batch_calls(live_server)
+    rewards = await reward(
+        prompts=["p"] * 6,
+        completions=["1", "2", "3", "1", "2", "3"],
+        completion_ids=[[1]] * 6,
+        answer=["1", "1", "3", "0", "2", "2"],
+        trainer_state=None,
+        log_metric=lambda name, value: metrics.append((name, value)),
+    )
+    assert batch_calls(live_server) - before == 1
+    assert rewards == [1.0, 0.0, 1.0, 0.0, 1.0, 0.0]
+    assert metrics == [("proctor/proctor_test_misbehave/failed", 0.0)]
+    assert trl.reward_function(MISBEHAVE, name="accuracy").__name__ == "accuracy"
+
+
+async def test_trl_conversational_completions(live_server: str) -> None:
+    reward = trl.reward_function(MISBEHAVE, server_url=live_server, reference_column="solution")
+    completions = [
+        [{"role": "assistant", "content": "yes"}],
+        [{"role": "assistant", "content": [{"type": "text", "text": "y"}, {"type": "text", "text": "es"}]}],
+        [{"role": "assistant", "content": "no"}, {"role": "tool", "content": "yes"}],
+    ]
+    prompts = [[{"role": "user", "content": "?"}]] * 3
+    assert await reward(prompts, completions, solution=["yes"] * 3) == [1.0, 1.0, 0.0]
+
+
+@pytest.mark.parametrize(
+    ("policy", "expected"),
+    [("none", [1.0, None, 0.0, None]), ("value", [1.0, -0.5, 0.0, -0.5])],
+)
+async def test_trl_failure_policies(live_server: str, policy: str, expected: list) -> None:
+    reward = trl.reward_function(MISBEHAVE, server_url=live_server, on_failure=policy, failure_value=-0.5)
+    metrics: list[tuple[str, float]] = []
+    rewards = await reward(
+        ["p"] * 4, COMPLETIONS, answer=ANSWERS, log_metric=lambda n, v: metrics.append((n, v))
+    )
+    assert rewards == expected
+    assert metrics == [("proctor/proctor_test_misbehave/failed", 0.5)]
+
+
+async def test_trl_raise_policy_stops(live_server: str) -> None:
+    reward = trl.reward_function(MISBEHAVE, server_url=live_server, on_failure="raise")
+    with pytest.raises(ScoringFailed) as caught:
+        await reward(["p"] * 2, ["a", "crash"], answer=["a", "x"])
+    assert caught.value.score.status.value == "verifier_error"
+
+
+def test_trl_sync_variant(live_server: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PROCTOR_URL", live_server)  # no server_url: the environment names the service
+    reward = trl.reward_function_sync(MISBEHAVE, on_failure="none")
+    assert not inspect.iscoroutinefunction(reward) and reward.__name__ == "proctor_test_misbehave"
+    before = batch_calls(live_server)
+    assert reward(["p"] * 3, ["a", "crash", "b"], answer=["a", "x", "a"]) == [1.0, None, 0.0]
+    assert batch_calls(live_server) - before == 1
+
+
+async def test_trl_in_process(in_process: Engine) -> None:
+    reward = trl.reward_function(MISBEHAVE, in_process=True, on_failure="none")
+    assert await reward(["p"] * 4, COMPLETIONS, answer=ANSWERS) == [1.0, None, 0.0, None]
+    sync = trl.reward_function_sync(MISBEHAVE, in_process=True, on_failure="value", failure_value=0.0)
+    assert sync(["p"] * 2, ["crash", "a"], answer=["x", "a"]) == [0.0, 1.0]
+
+
+async def test_trl_errors_are_loud(live_server: str) -> None:
+    reward = trl.reward_function(MISBEHAVE, server_url=live_server)
+    with pytest.raises(KeyError, match="'answer'.*solution"):
+        await reward(["p"], ["a"], solution=["a"])
+    with pytest.raises(ValueError, match="on_failure"):
+        trl.reward_function(MISBEHAVE, on_failure="skip")
+    unknown = trl.reward_function("no.such.verifier", server_url=live_server, on_failure="none")
+    with pytest.raises(ProctorRequestError) as caught:
+        await unknown(["p"], ["a"], answer=["a"])
+    assert caught.value.status == 404
+
+
+# -- OpenRLHF ----------------------------------------------------------------------------------------------
+
+
+def test_openrlhf_labels_round_trip() -> None:
+    text = openrlhf.label(MISBEHAVE, "gold", {"deadline_s": 2})
+    assert openrlhf.parse_label(text, "text.match") == (MISBEHAVE, "gold", {"deadline_s": 2})
+    assert openrlhf.parse_label("42", "text.match") == ("text.match", "42", {})
+    assert openrlhf.parse_label({"verifier": "v", "reference": [1]}, "text.match") == ("v", [1], {})
+    assert openrlhf.parse_label('{"answer": 1}', "text.match") == ("text.match", '{"answer": 1}', {})
+    assert openrlhf.strip_prompt("Q: 1+1? A: 2", "Q: 1+1? ") == "A: 2"
+
+
+@pytest.mark.parametrize("where", ["http", "in_process"])
+def test_openrlhf_reward_func(
+    where: str, live_server: str, in_process: Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if where == "http":
+        monkeypatch.setenv("PROCTOR_URL", live_server)
+    monkeypatch.setenv("PROCTOR_DEFAULT_VERIFIER", MISBEHAVE)
+    prompts = ["<user>q1</user>", "<user>q2</user>", "<user>q3</user>"]
+    responses = ["a", "crash", "b"]
+    labels = [openrlhf.label(MISBEHAVE, "a"), openrlhf.label(MISBEHAVE, "x"), "a"]
+    queries = [p + r for p, r in zip(prompts, responses, strict=True)]
+    out = openrlhf.reward_func(queries, prompts, labels, on_failure="value")
+    assert out["rewards"] == out["scores"] == [1.0, 0.0, 0.0]
+    logs = out["extra_logs"]
+    assert logs["proctor_failed"] == logs["proctor_status_verifier_error"] == [0.0, 1.0, 0.0]
+    assert logs["proctor_status_ok"] == [1.0, 0.0, 1.0] and logs["proctor_rejected"] == [0.0] * 3
+    masked = openrlhf.reward_func(queries, prompts, labels, on_failure="none", failure_value=-1.0)
+    assert masked["rewards"] == [1.0, -1.0, 0.0]
+    assert masked["scores"][0::2] == [1.0, 0.0] and math.isnan(masked["scores"][1])
+    with pytest.raises(ScoringFailed):
+        openrlhf.reward_func(queries, prompts, labels)  # the default, as for the service's route
+    monkeypatch.setenv("PROCTOR_ON_FAILURE", "value")
+    monkeypatch.setenv("PROCTOR_FAILURE_VALUE", "0.5")
+    assert openrlhf.reward_func(queries, prompts, labels)["rewards"] == [1.0, 0.5, 0.0]
+
+
+# -- with a real verifier ----------------------------------------------------------------------------------
+
+
+async def test_trl_and_verl_with_text_match(live_server: str) -> None:
+    reward = trl.reward_function("text.match", server_url=live_server)
+    completions = ["Work... so the answer is \\boxed{42}.", "<answer>41</answer>", ""]
+    assert await reward(["q"] * 3, completions, answer=["42", "42", "42"]) == [1.0, 0.0, 0.0]
+    verl.configure(server_url=live_server, verifiers={"openai/gsm8k": "text.match"})
+    result = verl.compute_score("openai/gsm8k", "The answer is \\boxed{18}", "18", {"split": "train"})
+    assert result["score"] == 1.0 and result["status"] == "ok"
