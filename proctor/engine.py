@@ -195,31 +195,11 @@ class Engine:
 
     def score_batch(self, requests: list[ScoreRequest | dict[str, Any]]) -> list[Score | ItemError]:
         """Score many requests in order; a bad item gets an ItemError in its slot, the rest still score."""
-        slots: list[Score | ItemError | Future | None] = []
-        prepared: list[Prepared | None] = []
-        for request in requests:
-            try:
-                item = prepare(request)
-            except RequestError as exc:
-                slots.append(_item_error(request, exc))
-                prepared.append(None)
-                continue
-            prepared.append(item)
-            cached = self._cached(item)
-            if cached is not None:
-                slots.append(cached)
-            elif item.spec.execution == "inline":
-                slots.append(self._finish(item, _run_inline(item)))
-            else:
-                slots.append(self._submit(item, block=True))
-        results: list[Score | ItemError] = []
-        for slot, item in zip(slots, prepared, strict=True):
-            if isinstance(slot, Future):
-                assert item is not None
-                results.append(self._finish(item, self._verdict_of(slot)))
-            else:
-                results.append(slot)  # type: ignore[arg-type]
-        return results
+        results, deferred = self._score_chunk_inline(requests)
+        futures = [(index, item, self._submit(item, block=True)) for index, item in deferred]
+        for index, item, future in futures:
+            results[index] = self._finish(item, self._verdict_of(future))
+        return results  # type: ignore[return-value]
 
     # -- asynchronous API (the HTTP service) -------------------------------------------------------
 
@@ -259,8 +239,9 @@ class Engine:
         return results  # type: ignore[return-value]
 
     def _score_chunk_inline(
-        self, requests: list[dict[str, Any]]
+        self, requests: list[ScoreRequest | dict[str, Any]]
     ) -> tuple[list[Score | ItemError | None], list[tuple[int, Prepared]]]:
+        """Validate every request and score the cached and inline ones; pool items come back deferred."""
         done: list[Score | ItemError | None] = []
         deferred: list[tuple[int, Prepared]] = []
         for offset, request in enumerate(requests):

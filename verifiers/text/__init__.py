@@ -1,1 +1,3 @@
-"""Text verifiers: exact/regex answer matching and multiple-choice."""
+"""Text verifiers: exact/regex answer matching (`text.match`) and multiple-choice (`text.choice`)."""
+
+from proctor.verifiers.text import choice, match  # noqa: F401  (importing registers them)
