@@ -48,6 +48,13 @@ class Prepared:
     started: float
 
     @property
+    def size(self) -> int:
+        """Characters of response text, the input whose length drives an inline verifier's cost."""
+        if isinstance(self.response, str):
+            return len(self.response)
+        return sum(len(str(message.get("content") or "")) for message in self.response)
+
+    @property
     def deadline_s(self) -> float:
         """The item's hard deadline: the request's option, else the verifier's default."""
         return self.options.deadline_s or self.spec.deadline_s
@@ -142,6 +149,14 @@ class Engine:
             self._pool.close()
             self._pool = None
 
+    def runs_inline(self, item: Prepared) -> bool:
+        """Inline verifiers run in this process on small inputs; large ones go to the killable pool.
+
+        Even a linear-time check takes seconds on a 10 MB response, which would stall every other request
+        of the service's event loop, so past `inline_max_chars` the item gets a worker and a deadline.
+        """
+        return item.spec.execution == "inline" and item.size <= self.settings.inline_max_chars
+
     # -- building scores -------------------------------------------------------------------------
 
     def _cached(self, item: Prepared) -> Score | None:
@@ -189,7 +204,7 @@ class Engine:
         cached = self._cached(item)
         if cached is not None:
             return cached
-        if item.spec.execution == "inline":
+        if self.runs_inline(item):
             return self._finish(item, _run_inline(item))
         return self._finish(item, self._verdict_of(self._submit(item, block=True)))
 
@@ -208,7 +223,7 @@ class Engine:
         cached = self._cached(item)
         if cached is not None:
             return cached
-        if item.spec.execution == "inline":
+        if self.runs_inline(item):
             return self._finish(item, _run_inline(item))
         future = self._submit(item, block=False)
         verdict = await asyncio.wrap_future(future)
@@ -253,7 +268,7 @@ class Engine:
             cached = self._cached(item)
             if cached is not None:
                 done.append(cached)
-            elif item.spec.execution == "inline":
+            elif self.runs_inline(item):
                 done.append(self._finish(item, _run_inline(item)))
             else:
                 done.append(None)

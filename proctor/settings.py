@@ -50,6 +50,9 @@ class Settings(BaseSettings):
     pool_workers: int = Field(default_factory=_default_pool_workers, ge=1, description="Worker processes.")
     pool_memory_mb: int = Field(2048, ge=64, description="Address-space cap of each worker process.")
     pool_queue: int = Field(4096, ge=1, description="Items allowed to wait for a pool worker.")
+    inline_max_chars: int = Field(
+        100_000, ge=0, description="Inline verifiers score larger responses in the pool, under a deadline."
+    )
     pool_max_tasks: int = Field(10_000, ge=1, description="Items a worker scores before it is recycled.")
 
     # Result cache

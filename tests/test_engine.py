@@ -53,12 +53,17 @@ register_verifier(
 
 @pytest.fixture(scope="module")
 def engine():
-    os.environ["PROCTOR_PLUGINS"] = "tests.plugins.slow"
+    old = os.environ.get("PROCTOR_PLUGINS")
+    os.environ["PROCTOR_PLUGINS"] = "tests.plugins.slow"  # pool workers inherit it and load test.misbehave
     if ROOT not in sys.path:
         sys.path.insert(0, ROOT)
     e = Engine(Settings(pool_workers=2, pool_memory_mb=1024, cache_size=100))
     yield e
     e.close()
+    if old is None:
+        os.environ.pop("PROCTOR_PLUGINS", None)
+    else:
+        os.environ["PROCTOR_PLUGINS"] = old
 
 
 def req(response, gold="ok", verifier="test.inline", **extra):
@@ -224,3 +229,13 @@ def test_cache_key_is_order_insensitive_and_lru_evicts():
     assert lru.get("a") is s
     lru.put("c", s)
     assert lru.get("b") is None and lru.get("a") is s and lru.get("c") is s
+
+
+def test_large_responses_of_inline_verifiers_go_to_the_pool(engine):
+    small = engine.score({"verifier": "text.match", "response": "Answer: 42", "reference": "42"})
+    submitted = engine.pool.stats()["submitted"]
+    big_response = "filler " * 30_000 + "\nAnswer: 42"
+    assert len(big_response) > engine.settings.inline_max_chars
+    big = engine.score({"verifier": "text.match", "response": big_response, "reference": "42"})
+    assert small.reward == big.reward == 1.0 and big.status is Status.ok
+    assert engine.pool.stats()["submitted"] == submitted + 1

@@ -13,6 +13,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
+# The fresh install must stand on its own: no PROCTOR_* settings or PYTHONPATH from the test run.
+CLEAN_ENV = {k: v for k, v in os.environ.items() if not k.startswith("PROCTOR_") and k != "PYTHONPATH"}
 TOP_LEVEL_FOLDERS = ("verifiers", "sandboxes", "environments", "api", "trainer", "datasets")
 
 
@@ -78,7 +80,7 @@ def test_wheel_installs_and_works_in_a_fresh_venv(wheel, tmp_path):
         "'data': str(bundled_dataset('text/demo.jsonl')), 'exists': bundled_dataset('text/demo.jsonl').is_file()}))\n"
     )
     result = subprocess.run(
-        [str(python), "-c", probe], capture_output=True, text=True, cwd=tmp_path, timeout=120
+        [str(python), "-c", probe], capture_output=True, text=True, cwd=tmp_path, timeout=120, env=CLEAN_ENV
     )
     assert result.returncode == 0, result.stderr
     info = json.loads(result.stdout)
@@ -86,7 +88,12 @@ def test_wheel_installs_and_works_in_a_fresh_venv(wheel, tmp_path):
     assert info["data"].startswith(str(venv)) and info["exists"], info
     assert info["reward"] == 1.0
     cli = subprocess.run(
-        [str(venv / "bin" / "proctor"), "verifiers", "--json"], capture_output=True, text=True, timeout=120
+        [str(venv / "bin" / "proctor"), "verifiers", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=CLEAN_ENV,
+        cwd=tmp_path,
     )
     assert cli.returncode == 0, cli.stderr
     assert {"text.match", "text.choice"} <= {v["name"] for v in json.loads(cli.stdout)}

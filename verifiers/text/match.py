@@ -1,0 +1,284 @@
+"""`text.match`: compare the answer extracted from a response with a gold answer (eq, ne, contains, regex).
+
+Runs inline in the service process. That is safe because nothing here can take more than linear time:
+regular expressions are compiled and run with RE2 (google-re2), which has no backtracking, so a pattern
+such as `(a+)+$` runs in time linear in the text and no pattern can hang the service; extraction and
+normalisation are linear scans without recursion. RE2's cost also grows with the pattern (a DFA-hostile
+pattern such as `(a|b)*a(a|b){200}` falls back to simulating every state), so an answer longer than
+MAX_REGEX_CHARS is not matched against a regex: it scores 0 with reason `answer_too_long`.
+
+For op=regex the answer is normalised (wrappers, whitespace, punctuation as the options say) but the
+pattern is used as written; `case_sensitive` maps to RE2's case option.
+
+Reference: a plain string (the gold answer) or `{"answer": str | [str, ...], "op": "eq" | "ne" |
+"contains" | "regex"}`. Several golds mean "any of them" (for `ne`: "none of them").
+
+Options (all documented on `MatchOptions`): which extraction to use, and how both sides are normalised
+before comparing (case-insensitive, whitespace collapsed and wrappers such as `**...**` or a trailing
+period removed by default; punctuation kept by default, since it often carries meaning: "-5", "3.14").
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+import re2
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    GetJsonSchemaHandler,
+    ValidationInfo,
+    WithJsonSchema,
+    field_validator,
+    model_validator,
+)
+from pydantic.json_schema import JsonSchemaValue
+from pydantic_core import core_schema
+
+from proctor.contract import Verdict
+from proctor.registry import BaseOptions, Example, VerifierSpec, register_verifier
+from proctor.verifiers.text.extract import ExtractMethod, clip, extract_answer
+from proctor.verifiers.text.normalize import normalize
+
+Op = Literal["eq", "ne", "contains", "regex"]
+
+MAX_GOLDS = 256
+MAX_PATTERN_CHARS = 10_000
+MAX_REGEX_CHARS = 1_000_000
+"""A longer answer is not matched against a regex (reason answer_too_long): RE2 time is linear in the text
+but grows with the pattern too, and a DFA-hostile pattern on 10 MB could take seconds."""
+
+_GOLD_SCHEMA = {
+    "anyOf": [
+        {"type": "string", "minLength": 1},
+        {"type": "array", "items": {"type": "string", "minLength": 1}, "minItems": 1, "maxItems": MAX_GOLDS},
+    ],
+    "description": "The gold answer, or several golds (any may match; for op=ne, none may). "
+    "For op=regex: RE2 patterns.",
+}
+
+
+class MatchReference(BaseModel):
+    """What to compare the extracted answer with, and how (a plain string means {"answer": it, "op": "eq"})."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    # `op` comes first so the `answer` validator can see it.
+    op: Op = Field(
+        default="eq",
+        description="eq: equals a gold; ne: equals no gold; contains: a gold occurs in the answer; "
+        "regex: an RE2 pattern matches the answer.",
+    )
+    answer: Annotated[
+        list[Annotated[str, Field(min_length=1)]],
+        Field(min_length=1, max_length=MAX_GOLDS),
+        WithJsonSchema(_GOLD_SCHEMA),
+    ]
+
+    @model_validator(mode="before")
+    @classmethod
+    def _plain_string(cls, data: Any) -> Any:
+        return {"answer": data} if isinstance(data, str) else data
+
+    @field_validator("answer", mode="before")
+    @classmethod
+    def _one_or_many(cls, value: Any) -> Any:
+        return [value] if isinstance(value, str) else value
+
+    @field_validator("answer")
+    @classmethod
+    def _patterns_compile(cls, value: list[str], info: ValidationInfo) -> list[str]:
+        # Checked here so a bad pattern is a 422 at request time, never a failure at scoring time.
+        if info.data.get("op") == "regex":
+            for index, pattern in enumerate(value):
+                problem = pattern_error(pattern)
+                if problem is not None:
+                    raise ValueError(f"pattern {index} is not a valid RE2 pattern: {problem}")
+        return value
+
+    @classmethod
+    def __get_pydantic_json_schema__(
+        cls, schema: core_schema.CoreSchema, handler: GetJsonSchemaHandler
+    ) -> JsonSchemaValue:
+        object_schema = handler(schema)
+        return {
+            "anyOf": [{"type": "string", "minLength": 1, "description": "The gold answer."}, object_schema]
+        }
+
+
+class MatchOptions(BaseOptions):
+    """How to extract the answer and how to normalise both sides before comparing."""
+
+    extract: ExtractMethod = Field(
+        default="auto",
+        description="auto: the first that applies of the last \\boxed{}/\\fbox{}, the last <answer>...</answer>, "
+        "the last line starting 'Answer:', 'Final answer:' or 'The answer is', else the whole response; boxed, answer_tag, answer_line, "
+        "last_line (last non-blank line) force one method; none: the whole response. Always only what "
+        "follows the last </think>; an unterminated <think> means no answer.",
+    )
+    case_sensitive: bool = Field(default=False, description="Compare case-sensitively.")
+    normalize_whitespace: bool = Field(
+        default=True, description="Trim both ends and collapse runs of whitespace to one space."
+    )
+    strip_punctuation: bool = Field(
+        default=False,
+        description="Remove all punctuation (ASCII punctuation and symbols, Unicode punctuation) from both "
+        "sides. Off by default: '-5' and '5' or '3.14' and '314' must stay different.",
+    )
+    strip_wrappers: bool = Field(
+        default=True,
+        description="Remove what wraps a whole answer: **bold**, `code`, $...$, quotes, \\text{}, \\boxed{}, "
+        "and trailing sentence punctuation (. , ; : ! ?).",
+    )
+    match: Literal["full", "search"] = Field(
+        default="full",
+        description="op=regex only: full: the pattern must match the whole answer; search: anywhere in it.",
+    )
+
+
+def _re2_options(case_sensitive: bool) -> re2.Options:
+    options = re2.Options()
+    options.log_errors = False  # RE2 would print every rejected pattern to stderr
+    options.case_sensitive = case_sensitive
+    return options
+
+
+def pattern_error(pattern: str) -> str | None:
+    """Why RE2 rejects a pattern (backreferences, look-around, syntax, size), or None when it compiles."""
+    if len(pattern) > MAX_PATTERN_CHARS:
+        return f"longer than {MAX_PATTERN_CHARS} characters"
+    try:
+        re2.compile(pattern, _re2_options(True))
+    except re2.error as exc:
+        message = exc.args[0] if exc.args else "rejected"
+        return message.decode("utf-8", "replace") if isinstance(message, bytes) else str(message)
+    except UnicodeEncodeError:
+        return "contains characters that are not valid Unicode (lone surrogates)"
+    return None
+
+
+def normalize_answer(text: str, options: MatchOptions, *, for_regex: bool = False) -> str:
+    """Normalise one side as the options say; for regex, case is left to RE2 and the pattern is untouched."""
+    return normalize(
+        text,
+        case_sensitive=options.case_sensitive or for_regex,
+        whitespace=options.normalize_whitespace,
+        punctuation=options.strip_punctuation,
+        wrappers=options.strip_wrappers,
+    )
+
+
+def regex_matches(answer: str, patterns: list[str], *, case_sensitive: bool, search: bool) -> bool:
+    """Whether any RE2 pattern matches the answer (the whole of it, or anywhere when `search`)."""
+    options = _re2_options(case_sensitive)
+    # RE2 works on UTF-8; a lone surrogate cannot be encoded, so it is replaced rather than crashing.
+    safe = answer.encode("utf-8", "replace").decode("utf-8")
+    for pattern in patterns:
+        compiled = re2.compile(pattern, options)
+        found = compiled.search(safe) if search else compiled.fullmatch(safe)
+        if found is not None:
+            return True
+    return False
+
+
+def compare(normalized: str, reference: MatchReference, options: MatchOptions) -> bool:
+    """Apply the reference's op to an answer already normalised by `normalize_answer`; True means reward 1."""
+    if reference.op == "regex":
+        return regex_matches(
+            normalized,
+            reference.answer,
+            case_sensitive=options.case_sensitive,
+            search=options.match == "search",
+        )
+    # A gold that normalises to nothing (say "..." with strip_punctuation) can match nothing.
+    golds = [gold for gold in (normalize_answer(g, options) for g in reference.answer) if gold]
+    if reference.op == "eq":
+        return normalized in golds
+    if reference.op == "ne":
+        return normalized not in golds
+    return any(gold in normalized for gold in golds)
+
+
+def score_match(response: str, reference: MatchReference, options: MatchOptions) -> Verdict:
+    """Extract the answer, normalise it and compare it with the gold(s) by the reference's op."""
+    extraction = extract_answer(response, options.extract)
+    details: dict[str, Any] = {"method": extraction.method, "extracted": clip(extraction.text)}
+    normalized = None
+    if extraction.text is not None:
+        normalized = normalize_answer(extraction.text, options, for_regex=reference.op == "regex")
+    details["normalized"] = clip(normalized)
+    if not normalized:
+        return Verdict(
+            reward=0.0,
+            correct=False,
+            reason="no_answer",
+            components={"format": 0.0, "answer": 0.0},
+            details=details,
+        )
+    if reference.op == "regex" and len(normalized) > MAX_REGEX_CHARS:
+        return Verdict(
+            reward=0.0,
+            correct=False,
+            reason="answer_too_long",
+            components={"format": 1.0, "answer": 0.0},
+            details=details,
+        )
+    right = compare(normalized, reference, options)
+    reward = 1.0 if right else 0.0
+    return Verdict(
+        reward=reward,
+        correct=right,
+        reason=None if right else "wrong_answer",
+        components={"format": 1.0, "answer": reward},
+        details=details,
+    )
+
+
+_EXAMPLES = (
+    # Gold: each must score 1.
+    Example("The answer is \\boxed{42}.", "42", 1.0, note="boxed"),
+    Example("<think>2+2 might be 5... no.</think>\n\\boxed{4}", "4", 1.0, note="after the think block"),
+    Example("<answer> Paris </answer>", "Paris", 1.0, note="answer tag"),
+    Example("Let me recall.\nFinal answer: paris", "Paris", 1.0, note="answer line, case-insensitive"),
+    Example("\\boxed{\\frac{1}{\\sqrt{2}}}", "\\frac{1}{\\sqrt{2}}", 1.0, note="nested braces"),
+    Example("\\fbox{7}", "7", 1.0, note="fbox"),
+    Example("First \\boxed{3}; corrected: \\boxed{5}", "5", 1.0, note="last box wins"),
+    Example("Answer: **Mount Everest**.", {"answer": ["Everest", "Mount Everest"]}, 1.0, note="any gold"),
+    Example("Answer: Lyon", {"answer": "Paris", "op": "ne"}, 1.0, note="ne: must not say Paris"),
+    Example("The capital of France is Paris.", {"answer": "paris", "op": "contains"}, 1.0, note="contains"),
+    Example("Answer: 2024-05-01", {"answer": "\\d{4}-\\d{2}-\\d{2}", "op": "regex"}, 1.0, note="regex"),
+    Example("Answer: U.S.A.", "USA", 1.0, {"strip_punctuation": True}, note="punctuation stripped"),
+    # Cheats and failures: each must score 0.
+    Example("", "42", 0.0, note="empty response"),
+    Example("<think>The answer is \\boxed{42}.</think>", "42", 0.0, note="answer only inside think"),
+    Example("<think>\\boxed{42}", "42", 0.0, note="unterminated think block"),
+    Example("What is six times seven?", "42", 0.0, note="copied question"),
+    Example("\\boxed{42} or maybe \\boxed{41}", "42", 0.0, note="two boxes: the last one counts"),
+    Example("42 or 43", "42", 0.0, note="hedge"),
+    Example("So the result is \\boxed{42", "42", 0.0, note="unterminated box"),
+    Example("\\boxed{}", "42", 0.0, note="empty box"),
+    Example(
+        "Answer: 2024-05-01 or 2024-05-02",
+        {"answer": "\\d{4}-\\d{2}-\\d{2}", "op": "regex"},
+        0.0,
+        note="regex must match the whole answer",
+    ),
+    Example("Answer: Paris", {"answer": "Paris", "op": "ne"}, 0.0, note="ne: said the forbidden answer"),
+    Example("Answer: 42", "42", 0.0, {"extract": "boxed"}, note="a box was asked for"),
+)
+
+SPEC = register_verifier(
+    VerifierSpec(
+        name="text.match",
+        version="1.0.0",
+        score=score_match,
+        reference=MatchReference,
+        options=MatchOptions,
+        description="Extract the final answer (\\boxed{}, <answer>, 'Answer:' line or the whole response after "
+        "</think>) and compare it with a gold answer: eq, ne, contains or an RE2 regex, with case, whitespace "
+        "and punctuation normalisation.",
+        examples=_EXAMPLES,
+        execution="inline",
+    )
+)
