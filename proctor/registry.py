@@ -91,18 +91,18 @@ class VerifierSpec:
         }
 
 
-_adapters: dict[int, TypeAdapter] = {}
+_adapters: dict[int, tuple[Any, TypeAdapter]] = {}
 _registry: dict[str, VerifierSpec] = {}
 _loaded = False
 _lock = threading.RLock()
 
 
 def _adapter(annotation: Any) -> TypeAdapter:
-    key = id(annotation)
-    adapter = _adapters.get(key)
-    if adapter is None:
-        adapter = _adapters[key] = TypeAdapter(annotation)
-    return adapter
+    # Keyed by id() because unions are not always hashable; the stored annotation guards against id reuse.
+    cached = _adapters.get(id(annotation))
+    if cached is None or cached[0] is not annotation:
+        cached = _adapters[id(annotation)] = (annotation, TypeAdapter(annotation))
+    return cached[1]
 
 
 def _validate(adapter: TypeAdapter, value: Any, prefix: str) -> Any:
@@ -123,9 +123,15 @@ def register_verifier(spec: VerifierSpec) -> VerifierSpec:
     return spec
 
 
-def load_verifiers() -> None:
-    """Import the built-in families and every `proctor.verifiers` entry point, once per process."""
+def load_verifiers(extra_plugins: str = "") -> None:
+    """Import the built-in families, every `proctor.verifiers` entry point and the plugin modules.
+
+    Plugins come from PROCTOR_PLUGINS and from `extra_plugins` (comma-separated), which lets a service built
+    from Settings in code hand its plugins to pool workers that do not share its environment.
+    """
     global _loaded
+    for module in _split_modules(extra_plugins):
+        importlib.import_module(module)
     if _loaded:
         return
     with _lock:
@@ -145,10 +151,14 @@ def load_verifiers() -> None:
         _loaded = True
 
 
+def _split_modules(names: str) -> list[str]:
+    return [name.strip() for name in names.split(",") if name.strip()]
+
+
 def _plugin_modules() -> list[str]:
     from proctor.settings import get_settings
 
-    return [name.strip() for name in get_settings().plugins.split(",") if name.strip()]
+    return _split_modules(get_settings().plugins)
 
 
 def get_verifier(name: str) -> VerifierSpec:

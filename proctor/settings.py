@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import os
 from functools import lru_cache
-from typing import Literal
 
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-FailurePolicy = Literal["raise", "none", "value"]
+from proctor.policy import FailurePolicy
 
 
 def _default_pool_workers() -> int:

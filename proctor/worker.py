@@ -1,6 +1,6 @@
 """The pool's worker process: `python -m proctor.worker FD` scores items sent over the socket FD.
 
-It receives one setup message ({sys_path, memory_mb}), answers ("ready", None) once its verifiers are loaded, then (verifier, (response, reference, options))
+It receives one setup message ({sys_path, memory_mb, plugins}), answers ("ready", None) once its verifiers are loaded, then (verifier, (response, reference, options))
 tuples, and answers each with ("verdict", Verdict), ("memory", message) or ("error", message).
 """
 
@@ -42,7 +42,9 @@ def serve(conn: Connection) -> None:
     sys.path[:] = list(dict.fromkeys([*setup["sys_path"], *sys.path]))
     from proctor.registry import get_verifier, load_verifiers
 
-    load_verifiers()  # before the memory cap: imports are the service's cost, not the item's
+    load_verifiers(
+        extra_plugins=setup.get("plugins", "")
+    )  # before the memory cap: imports are the service's cost, not the item's
     cap_memory(setup["memory_mb"])
     conn.send(("ready", None))  # the parent starts an item's deadline only after this
     while True:

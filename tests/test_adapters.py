@@ -335,6 +335,47 @@ def test_openrlhf_reward_func(
     assert openrlhf.reward_func(queries, prompts, labels)["rewards"] == [1.0, 0.5, 0.0]
 
 
+def test_openrlhf_malformed_label_object_is_rejected_not_scored_as_plain_text(in_process: Engine) -> None:
+    # Before: a non-string verifier or non-dict options made the whole label a plain gold answer for the
+    # default verifier, i.e. an ok 0 for a dataset bug. Now the item is rejected, as the service's route does.
+    labels = [
+        json.dumps({"verifier": 5, "reference": "a"}),
+        json.dumps({"verifier": MISBEHAVE, "reference": "a", "options": [1]}),
+        openrlhf.label(MISBEHAVE, "a"),
+    ]
+    out = openrlhf.reward_func(["a"] * 3, [""] * 3, labels, on_failure="value", failure_value=0.25)
+    assert out["rewards"] == [0.25, 0.25, 1.0]
+    assert out["extra_logs"]["proctor_rejected"] == [1.0, 1.0, 0.0]
+    with pytest.raises(ProctorRequestError) as caught:
+        openrlhf.reward_func(["a"], [""], labels[1:2], on_failure="raise")
+    assert caught.value.field == "options"
+    deep = '{"verifier": "x", "reference": ' + "[" * 100_000 + "]" * 100_000 + "}"
+    assert openrlhf.parse_label(deep, MISBEHAVE) == (MISBEHAVE, deep, {})  # unparsable: a plain answer
+
+
+@pytest.mark.parametrize("policy", ["value", "none"])
+def test_openrlhf_reward_func_and_route_agree(
+    policy: str, live_server: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PROCTOR_URL", live_server)
+    prompts = ["<u>1</u>", "<u>2</u>", "<u>3</u>", "other"]
+    queries = [prompts[0] + "a", prompts[1] + "crash", prompts[2] + "Answer: 7", "no prefix"]
+    labels = [openrlhf.label(MISBEHAVE, "a"), openrlhf.label(MISBEHAVE, "x"), "7", "yes"]
+    params = {"on_failure": policy, "failure_value": "0.5"}
+    route = httpx.post(
+        f"{live_server}/compat/openrlhf/get_reward",
+        json={"query": queries, "prompts": prompts, "labels": labels},
+        params=params,
+        timeout=60,
+    ).json()
+    func = openrlhf.reward_func(queries, prompts, labels, on_failure=policy, failure_value=0.5)
+    assert route["rewards"] == func["rewards"] == [1.0, 0.5, 1.0, 0.0]
+    nan_to_none = [[None if math.isnan(v) else v for v in out["scores"]] for out in (route, func)]
+    assert nan_to_none[0] == nan_to_none[1] == [1.0, None if policy == "none" else 0.5, 1.0, 0.0]
+    assert func["extra_logs"].pop("proctor_rejected") == [0.0] * 4  # the route answers 4xx instead
+    assert route["extra_logs"] == func["extra_logs"]
+
+
 # -- with a real verifier ----------------------------------------------------------------------------------
 
 

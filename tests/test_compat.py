@@ -140,6 +140,27 @@ def test_json_label_without_verifier_is_a_plain_answer(live_server: str) -> None
     assert result["rewards"] == [1.0]
 
 
+def test_deeply_nested_label_is_a_plain_answer_not_a_500(live_server: str) -> None:
+    # json.loads raises RecursionError (not ValueError) on deep nesting; that must not become a 5xx.
+    deep = '{"verifier": "text.match", "reference": ' + "[" * 100_000 + "]" * 100_000 + "}"
+    response = post(live_server, OPENRLHF, {"query": ["x"], "prompts": [""], "labels": [deep]})
+    assert response.status_code == 200, response.text
+    assert response.json()["extra_logs"]["proctor_status_ok"] == [1.0]
+    slime = post(live_server, SLIME, {"response": "x", "label": deep})
+    assert slime.status_code == 200 and slime.json() == 0.0, slime.text
+
+
+def test_openrlhf_label_with_bad_structured_fields_names_them(live_server: str) -> None:
+    # A label object that names its verifier is taken as such even when a value is malformed: a 422 naming
+    # the field, never a silent fallback to scoring the whole label as a plain answer.
+    for bad, field in (
+        ({"verifier": 5, "reference": "x"}, "labels.0.verifier"),
+        ({"verifier": "test.misbehave", "reference": "x", "options": [1]}, "labels.0.options"),
+    ):
+        body = {"query": ["x"], "prompts": [""], "labels": [json.dumps(bad)]}
+        assert error_of(post(live_server, OPENRLHF, body), 422)["field"] == field
+
+
 # -- slime ----------------------------------------------------------------------------------------------
 
 

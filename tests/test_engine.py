@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 
 import pytest
@@ -239,3 +240,57 @@ def test_large_responses_of_inline_verifiers_go_to_the_pool(engine):
     big = engine.score({"verifier": "text.match", "response": big_response, "reference": "42"})
     assert small.reward == big.reward == 1.0 and big.status is Status.ok
     assert engine.pool.stats()["submitted"] == submitted + 1
+
+
+def _not_a_verdict(response: str, reference: str, options: BaseOptions) -> float:
+    return 1.0  # what a verl-style compute_score author might return
+
+
+register_verifier(
+    VerifierSpec(
+        name="test.float",
+        version="1",
+        score=_not_a_verdict,
+        reference=str,
+        execution="inline",  # type: ignore[arg-type]
+    )
+)
+
+
+def test_a_verifier_returning_a_bare_number_is_a_verifier_error_not_a_crash(engine):
+    score = engine.score({"verifier": "test.float", "response": "x", "reference": "x"})
+    assert (score.status, score.reason, score.reward) == (Status.verifier_error, "bad_verdict", 0.0)
+    batch = engine.score_batch([{"verifier": "test.float", "response": "x", "reference": "x"}, req("ok")])
+    assert batch[0].status is Status.verifier_error and batch[1].reward == 1.0
+
+
+def test_cached_scores_are_copies(engine):
+    first = engine.score(req("copy me", gold="copy me"))
+    hit = engine.score(req("copy me", gold="copy me"))
+    hit.details["seen"] = "tampered"
+    assert engine.score(req("copy me", gold="copy me")).details["seen"] == "copy me" == first.details["seen"]
+
+
+def test_option_keys_keep_their_spelling_in_field_names(engine):
+    for key in ("Bogus", "max-tokens"):
+        with pytest.raises(RequestError) as info:
+            engine.score(req("x", options={key: 1}))
+        assert info.value.field == f"options.{key}"
+
+
+def test_plugins_named_in_settings_reach_the_pool_workers(tmp_path):
+    """A service built from Settings in code (no PROCTOR_PLUGINS in the environment) still finds its plugins."""
+    script = tmp_path / "plugins_in_code.py"
+    script.write_text(
+        f"import sys; sys.path.insert(0, {ROOT!r})\n"
+        "from proctor.engine import Engine\n"
+        "from proctor.settings import Settings\n"
+        "engine = Engine(Settings(plugins='tests.plugins.slow', pool_workers=1))\n"
+        "score = engine.score({'verifier': 'test.misbehave', 'response': 'pid', 'reference': 'x'})\n"
+        "print(score.status.value, score.details['pid'] > 0)\n"
+        "engine.close()\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "PROCTOR_PLUGINS"}
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120, env=env)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["ok", "True"]

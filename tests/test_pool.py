@@ -140,3 +140,30 @@ def test_a_script_without_main_guard_can_use_the_pool(tmp_path):
     out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["MAIN", "RAN", "1.0"]
+
+
+def test_close_releases_callers_blocked_on_a_full_queue():
+    import threading
+
+    p = WorkerPool(1, memory_mb=1024, queue_size=1)
+    p.submit("test.misbehave", ("sleep", "ok", None), 5.0)
+    time.sleep(0.3)
+    p.submit("test.misbehave", ("ok", "ok", None), 1.0)  # fills the queue
+    outcomes: list[str] = []
+
+    def blocked_submitter() -> None:
+        try:
+            p.submit("test.misbehave", ("ok", "ok", None), 1.0, block=True)
+            outcomes.append("queued")
+        except PoolClosed:
+            outcomes.append("closed")
+
+    threads = [threading.Thread(target=blocked_submitter) for _ in range(3)]
+    for thread in threads:
+        thread.start()
+    time.sleep(0.2)
+    p.close()
+    for thread in threads:
+        thread.join(timeout=10)
+    assert not any(thread.is_alive() for thread in threads), "a caller stayed blocked after close()"
+    assert outcomes.count("closed") == 3

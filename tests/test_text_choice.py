@@ -211,6 +211,17 @@ def test_reference_resolves_to_a_label(reference, label):
     assert ChoiceReference.model_validate(reference).answer == label
 
 
+def test_reference_schema_lists_the_bare_string_and_the_object_form():
+    from proctor.registry import get_verifier
+
+    schema = get_verifier("text.choice").describe()["reference_schema"]
+    string_form, object_form = schema["anyOf"]
+    assert string_form == {"type": "string", "description": "The correct label, e.g. 'B'."}
+    assert set(object_form["properties"]) == {"options", "labels", "answer"}
+    with pytest.raises(ValueError, match="extra"):
+        ChoiceReference.model_validate({"answer": "B", "bogus": 1})
+
+
 def test_resolve_label():
     assert resolve_label("[d].", list("ABCD"), None) == "D"
     assert resolve_label("E", list("ABCD"), None) is None

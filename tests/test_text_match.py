@@ -326,6 +326,18 @@ def test_plain_string_and_object_references_share_a_cache_key():
     assert plain.key == full.key
 
 
+def test_reference_schema_lists_the_bare_string_and_the_object_form():
+    from proctor.registry import get_verifier
+
+    schema = get_verifier("text.match").describe()["reference_schema"]
+    string_form, object_form = schema["anyOf"]
+    assert string_form == {"type": "string", "minLength": 1, "description": "The gold answer."}
+    assert set(object_form["properties"]) == {"op", "answer"} and object_form["required"] == ["answer"]
+    assert MatchReference.model_validate("42") == MatchReference.model_validate({"answer": "42"})
+    with pytest.raises(ValueError, match="extra"):
+        MatchReference.model_validate({"answer": "42", "bogus": 1})
+
+
 # -- bad requests ----------------------------------------------------------------------------------------
 
 

@@ -22,7 +22,11 @@ Failure policy in OpenRLHF (`on_failure`; default $PROCTOR_ON_FAILURE, else `rai
   mask one sample, and trains on `failure_value`.
 - `value`: rewards and scores are `failure_value` (default 0.0), trained on like any reward.
 `extra_logs` carries `proctor_failed` and one 0/1 flag per status (`proctor_status_ok`, ...,
-`proctor_rejected`), which OpenRLHF logs. This matches the service's `/compat/openrlhf/get_reward` route.
+`proctor_rejected`), which OpenRLHF logs.
+
+This module is the one place that reads labels and builds OpenRLHF's answer; the service's
+`/compat/openrlhf/get_reward` route calls `label_request`, `strip_prompt` and `reward_payload` from here, so the
+two paths cannot drift apart.
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ from __future__ import annotations
 import json
 import math
 import os
+from collections.abc import Sequence
 from typing import Any
 
 from proctor.adapters._common import (
@@ -45,6 +50,8 @@ from proctor.adapters._common import (
 from proctor.contract import Score, Status
 from proctor.settings import Settings
 
+STATUS_LOG_KEYS = tuple(f"proctor_status_{status.value}" for status in Status)
+
 
 def label(verifier: str, reference: Any, options: dict[str, Any] | None = None) -> str:
     """The OpenRLHF label string that asks Proctor for this verifier, reference and options."""
@@ -54,23 +61,70 @@ def label(verifier: str, reference: Any, options: dict[str, Any] | None = None) 
     return json.dumps(body, ensure_ascii=False, separators=(",", ":"))
 
 
-def parse_label(text: Any, default_verifier: str) -> tuple[str, Any, dict[str, Any]]:
+def _label_object(raw: Any) -> Any:
+    if not isinstance(raw, str):
+        return raw
+    if not raw.lstrip().startswith("{"):
+        return None
+    try:
+        return json.loads(raw)
+    except (ValueError, RecursionError):  # deeply nested JSON is still only a string, never a crash
+        return None
+
+
+def label_request(raw: Any, response: str, default_verifier: str) -> tuple[dict[str, Any], bool]:
+    """The score request for a response under its label `raw`, and whether the label named its own verifier.
+
+    A label that is (or parses as) a JSON object with `verifier` and `reference` keys names the verifier,
+    with optional `options`; their values go to the engine as given, so a bad one is rejected naming its
+    field rather than quietly scored some other way. Anything else is a plain gold answer for default_verifier.
+    """
+    body = _label_object(raw)
+    if isinstance(body, dict) and "verifier" in body and "reference" in body:
+        request = {"verifier": body["verifier"], "response": response, "reference": body["reference"]}
+        if "options" in body:
+            request["options"] = body["options"]
+        return request, True
+    return {"verifier": default_verifier, "response": response, "reference": raw}, False
+
+
+def parse_label(raw: Any, default_verifier: str) -> tuple[Any, Any, Any]:
     """(verifier, reference, options) from a label: its JSON object form, else a gold answer for default_verifier."""
-    body: Any = text
-    if isinstance(text, str) and text.lstrip().startswith("{"):
-        try:
-            body = json.loads(text)
-        except json.JSONDecodeError:
-            body = None
-    if isinstance(body, dict) and isinstance(body.get("verifier"), str) and "reference" in body:
-        options = body.get("options")
-        return body["verifier"], body["reference"], options if isinstance(options, dict) else {}
-    return default_verifier, text, {}
+    request, _ = label_request(raw, "", default_verifier)
+    return request["verifier"], request["reference"], request.get("options", {})
 
 
 def strip_prompt(query: str, prompt: str) -> str:
     """The response part of an OpenRLHF query (prompt + response), or the whole query if it does not start so."""
     return query[len(prompt) :] if prompt and query.startswith(prompt) else query
+
+
+def status_logs(results: Sequence[Result], *, with_rejected: bool = True) -> dict[str, list[float]]:
+    """Per-item 0/1 flags for each status and proctor_failed, plus proctor_rejected when `with_rejected`.
+
+    The service's route answers a rejected item with a 4xx, so its logs have no proctor_rejected key; OpenRLHF
+    needs the same keys in every answer, so each caller fixes its key set.
+    """
+    keys = [*STATUS_LOG_KEYS, "proctor_rejected"] if with_rejected else list(STATUS_LOG_KEYS)
+    logs = {key: [0.0] * len(results) for key in keys}
+    logs["proctor_failed"] = [float(failed(result)) for result in results]
+    for index, result in enumerate(results):
+        key = f"proctor_status_{result.status.value}" if isinstance(result, Score) else "proctor_rejected"
+        logs[key][index] = 1.0
+    return logs
+
+
+def reward_payload(
+    outcomes: Sequence[float | None], value: float, results: Sequence[Result], *, with_rejected: bool = True
+) -> dict[str, Any]:
+    """OpenRLHF's answer {rewards, scores, extra_logs} from each item's policy outcome (None: on_failure=none)."""
+    # Under `none` only the score is NaN (dynamic filtering drops the group); the reward stays a number, so a
+    # run without dynamic filtering trains on failure_value, not on NaN.
+    return {
+        "rewards": [value if reward is None else float(reward) for reward in outcomes],
+        "scores": [math.nan if reward is None else float(reward) for reward in outcomes],
+        "extra_logs": status_logs(results, with_rejected=with_rejected),
+    }
 
 
 def reward_func(queries: list[str], prompts: list[str], labels: list[Any], **kwargs: Any) -> dict[str, Any]:
@@ -80,35 +134,10 @@ def reward_func(queries: list[str], prompts: list[str], labels: list[Any], **kwa
     value = float(kwargs.get("failure_value", settings.failure_value))
     if not len(queries) == len(prompts) == len(labels):
         raise ValueError("queries, prompts and labels differ in length")
-    requests = []
-    for query, prompt, text in zip(queries, prompts, labels, strict=True):
-        verifier, reference, options = parse_label(plain(text), settings.default_verifier)
-        requests.append(
-            {
-                "verifier": verifier,
-                "response": strip_prompt(str(query), str(prompt)),
-                "reference": reference,
-                "options": options,
-            }
-        )
+    requests = [
+        label_request(plain(text), strip_prompt(str(query), str(prompt)), settings.default_verifier)[0]
+        for query, prompt, text in zip(queries, prompts, labels, strict=True)
+    ]
     results = score_many(requests, server_url_from_env(None), os.environ.get("PROCTOR_TOKEN") or None)
     warn_failures("proctor openrlhf reward_func", results)
-    outcomes = [outcome(result, policy, value) for result in results]
-    # Like the service's route: under `none` only the score is NaN (dynamic filtering drops the group);
-    # the reward stays a number, so a run without dynamic filtering trains on failure_value, not on NaN.
-    return {
-        "rewards": [value if reward is None else float(reward) for reward in outcomes],
-        "scores": [math.nan if reward is None else float(reward) for reward in outcomes],
-        "extra_logs": status_logs(results),
-    }
-
-
-def status_logs(results: list[Result]) -> dict[str, list[float]]:
-    """Per-item 0/1 flags for each status (rejected items: proctor_rejected) and proctor_failed."""
-    keys = [f"proctor_status_{status.value}" for status in Status] + ["proctor_rejected"]
-    logs = {key: [0.0] * len(results) for key in keys}
-    logs["proctor_failed"] = [float(failed(result)) for result in results]
-    for index, result in enumerate(results):
-        key = f"proctor_status_{result.status.value}" if isinstance(result, Score) else "proctor_rejected"
-        logs[key][index] = 1.0
-    return logs
+    return reward_payload([outcome(result, policy, value) for result in results], value, results)

@@ -21,24 +21,22 @@ from __future__ import annotations
 import re
 import string
 from collections import deque
-from typing import Annotated, Any
+from typing import Annotated, Any, ClassVar
 
-from pydantic import (
-    BaseModel,
-    ConfigDict,
-    Field,
-    GetJsonSchemaHandler,
-    ValidationInfo,
-    WithJsonSchema,
-    field_validator,
-    model_validator,
-)
-from pydantic.json_schema import JsonSchemaValue
-from pydantic_core import core_schema
+from pydantic import Field, ValidationInfo, WithJsonSchema, field_validator
 
 from proctor.contract import Verdict
 from proctor.registry import BaseOptions, Example, VerifierSpec, register_verifier
-from proctor.verifiers.text.extract import DETAIL_CHARS, after_think, all_answer_tags, all_boxed, clip
+from proctor.verifiers.text.extract import (
+    DETAIL_CHARS,
+    AnswerReference,
+    after_think,
+    all_answer_tags,
+    all_boxed,
+    clip,
+    graded,
+    unanswered,
+)
 from proctor.verifiers.text.normalize import normalize
 
 DEFAULT_LABELS = string.ascii_uppercase
@@ -114,10 +112,13 @@ def option_text_map(options: list[str] | None, labels: list[str]) -> dict[str, s
     return {key: label for key, label in seen.items() if label is not None}
 
 
-class ChoiceReference(BaseModel):
+class ChoiceReference(AnswerReference):
     """The correct option; a plain string "B" means {"answer": "B"} with labels A-Z."""
 
-    model_config = ConfigDict(extra="forbid")
+    SHORTHAND_SCHEMA: ClassVar[dict[str, Any]] = {
+        "type": "string",
+        "description": "The correct label, e.g. 'B'.",
+    }
 
     # Field order matters: `answer` is resolved against `options` and `labels`, validated before it.
     options: list[Annotated[str, Field(min_length=1)]] | None = Field(
@@ -132,11 +133,6 @@ class ChoiceReference(BaseModel):
     answer: str | int = Field(
         description="The correct option: its label ('B'), its 0-based index (1), or its exact text."
     )
-
-    @model_validator(mode="before")
-    @classmethod
-    def _plain_string(cls, data: Any) -> Any:
-        return {"answer": data} if isinstance(data, str) else data
 
     @field_validator("labels", mode="before")
     @classmethod
@@ -182,13 +178,6 @@ class ChoiceReference(BaseModel):
         if label is None:
             raise ValueError(f"{value!r} is not one of the labels {', '.join(labels)} nor an option's text")
         return label
-
-    @classmethod
-    def __get_pydantic_json_schema__(
-        cls, schema: core_schema.CoreSchema, handler: GetJsonSchemaHandler
-    ) -> JsonSchemaValue:
-        object_schema = handler(schema)
-        return {"anyOf": [{"type": "string", "description": "The correct label, e.g. 'B'."}, object_schema]}
 
     @property
     def active_labels(self) -> list[str]:
@@ -365,23 +354,8 @@ def score_choice(response: str, reference: ChoiceReference, options: BaseOptions
         "expected": expected,
     }
     if len(named) != 1:
-        reason = "no_answer" if not named else "hedged"
-        return Verdict(
-            reward=0.0,
-            correct=False,
-            reason=reason,
-            components={"format": 0.0, "answer": 0.0},
-            details=details,
-        )
-    right = named[0] == expected
-    reward = 1.0 if right else 0.0
-    return Verdict(
-        reward=reward,
-        correct=right,
-        reason=None if right else "wrong_answer",
-        components={"format": 1.0, "answer": reward},
-        details=details,
-    )
+        return unanswered("no_answer" if not named else "hedged", details)
+    return graded(named[0] == expected, details)
 
 
 _CAPITALS = {"options": ["London", "Paris", "Rome", "Berlin"], "answer": "B"}

@@ -20,25 +20,21 @@ period removed by default; punctuation kept by default, since it often carries m
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 import re2
-from pydantic import (
-    BaseModel,
-    ConfigDict,
-    Field,
-    GetJsonSchemaHandler,
-    ValidationInfo,
-    WithJsonSchema,
-    field_validator,
-    model_validator,
-)
-from pydantic.json_schema import JsonSchemaValue
-from pydantic_core import core_schema
+from pydantic import Field, ValidationInfo, WithJsonSchema, field_validator
 
 from proctor.contract import Verdict
 from proctor.registry import BaseOptions, Example, VerifierSpec, register_verifier
-from proctor.verifiers.text.extract import ExtractMethod, clip, extract_answer
+from proctor.verifiers.text.extract import (
+    AnswerReference,
+    ExtractMethod,
+    clip,
+    extract_answer,
+    graded,
+    unanswered,
+)
 from proctor.verifiers.text.normalize import normalize
 
 Op = Literal["eq", "ne", "contains", "regex"]
@@ -59,10 +55,14 @@ _GOLD_SCHEMA = {
 }
 
 
-class MatchReference(BaseModel):
+class MatchReference(AnswerReference):
     """What to compare the extracted answer with, and how (a plain string means {"answer": it, "op": "eq"})."""
 
-    model_config = ConfigDict(extra="forbid")
+    SHORTHAND_SCHEMA: ClassVar[dict[str, Any]] = {
+        "type": "string",
+        "minLength": 1,
+        "description": "The gold answer.",
+    }
 
     # `op` comes first so the `answer` validator can see it.
     op: Op = Field(
@@ -75,11 +75,6 @@ class MatchReference(BaseModel):
         Field(min_length=1, max_length=MAX_GOLDS),
         WithJsonSchema(_GOLD_SCHEMA),
     ]
-
-    @model_validator(mode="before")
-    @classmethod
-    def _plain_string(cls, data: Any) -> Any:
-        return {"answer": data} if isinstance(data, str) else data
 
     @field_validator("answer", mode="before")
     @classmethod
@@ -96,15 +91,6 @@ class MatchReference(BaseModel):
                 if problem is not None:
                     raise ValueError(f"pattern {index} is not a valid RE2 pattern: {problem}")
         return value
-
-    @classmethod
-    def __get_pydantic_json_schema__(
-        cls, schema: core_schema.CoreSchema, handler: GetJsonSchemaHandler
-    ) -> JsonSchemaValue:
-        object_schema = handler(schema)
-        return {
-            "anyOf": [{"type": "string", "minLength": 1, "description": "The gold answer."}, object_schema]
-        }
 
 
 class MatchOptions(BaseOptions):
@@ -209,30 +195,10 @@ def score_match(response: str, reference: MatchReference, options: MatchOptions)
         normalized = normalize_answer(extraction.text, options, for_regex=reference.op == "regex")
     details["normalized"] = clip(normalized)
     if not normalized:
-        return Verdict(
-            reward=0.0,
-            correct=False,
-            reason="no_answer",
-            components={"format": 0.0, "answer": 0.0},
-            details=details,
-        )
+        return unanswered("no_answer", details)
     if reference.op == "regex" and len(normalized) > MAX_REGEX_CHARS:
-        return Verdict(
-            reward=0.0,
-            correct=False,
-            reason="answer_too_long",
-            components={"format": 1.0, "answer": 0.0},
-            details=details,
-        )
-    right = compare(normalized, reference, options)
-    reward = 1.0 if right else 0.0
-    return Verdict(
-        reward=reward,
-        correct=right,
-        reason=None if right else "wrong_answer",
-        components={"format": 1.0, "answer": reward},
-        details=details,
-    )
+        return graded(False, details, "answer_too_long")
+    return graded(compare(normalized, reference, options), details)
 
 
 _EXAMPLES = (
