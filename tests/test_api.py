@@ -71,7 +71,9 @@ def test_healthz_reports_version_verifiers_and_limits(live_server: str) -> None:
     assert body["version"] == proctor.__version__
     assert body["verifiers"] >= 2  # text verifiers + test.misbehave
     assert body["limits"] == {"max_body_bytes": 32 * 1024 * 1024, "max_batch_items": 10_000}
-    assert body["pool"] is None or body["pool"]["workers"] == 2
+    post(live_server, "/v1/score", {"verifier": "test.misbehave", "response": "x", "reference": "x"})
+    pool = httpx.get(f"{live_server}/healthz", timeout=30).json()["pool"]  # started by the pool item
+    assert pool["workers"] == 2 and pool["submitted"] >= 1
 
 
 def test_score_right_wrong_and_empty_response(live_server: str) -> None:
