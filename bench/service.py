@@ -191,6 +191,7 @@ def main() -> None:
     args = parser.parse_args()
 
     items = make_items(args.items)
+    load_before = os.getloadavg()[0]
     in_rate, in_rewards = bench_in_process(items)
     port = free_port()
     server = start_server(port)
@@ -202,15 +203,16 @@ def main() -> None:
         server.terminate()
         server.wait(timeout=30)
 
+    load_after = os.getloadavg()[0]
     agree = sum(a == b for a, b in zip(in_rewards, http_rewards, strict=True))
     ratio = http_rate / in_rate
     lines = [
         f"## service: text.match in-process vs HTTP ({dt.date.today().isoformat()}, commit {git_commit()})",
         "",
-        f"Machine: {os.cpu_count()} cores, Python {platform.python_version()}; client and server share the machine. "
+        f"Machine: {os.cpu_count()} cores, Python {platform.python_version()}, 1-min load average "
+        f"{load_before:.1f} before and {load_after:.1f} after; client and server share the machine. "
         f"{args.items:,} items, cache off, HTTP batches of {args.chunk}; latency from keep-alive HTTP/1.1 clients "
-        "on asyncio streams (httpx's async pool was the bottleneck at 16+ connections). Reproduce: `make bench` "
-        "(or `.venv/bin/python bench/service.py`).",
+        "on asyncio streams (httpx's async pool was the bottleneck at 16+ connections). Reproduce: `make bench`.",
         "",
         "| path | items/s | errors |",
         "|---|---:|---:|",
