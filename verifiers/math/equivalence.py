@@ -1,0 +1,730 @@
+"""equivalent(gold, answer, policy) -> Match: is the answer the gold's value, by the gold's own kind?
+
+The gold decides how the answer is read (an answer `(1, 2)` is a point for a tuple gold and an open interval
+for an interval gold), and the comparison is asymmetric where that protects the reward:
+- a gold equation in solved form (`x = 2`) is matched by `2`, `x = 2` or `2 = x`, never by an unsolved
+  equation with the same solutions (`2x + 3 = 7`, the question echoed); a general equation (`y = 2x + 1`) is
+  matched by any rearrangement (`2x - y + 1 = 0`) but not by a bare side (`2x + 1`);
+- a gold inequality in solved form (`x > 3`) is an interval: `3 < x`, `(3, \\infty)`, `x \\in (3, \\infty)`;
+- a scalar gold is not matched by a list that contains it.
+
+Numbers: two exact values compare exactly (Fractions: `1/2^99` and `1/2^98` differ). Tolerance comes
+from the digits the gold gives: a decimal gold with at least MIN_SIG significant digits (12.57) is matched
+by any value that rounds to it at its places, provided a decimal answer states at least as many places
+(12.566 and 4π yes; 12.6 and 12.58 no); an exact gold (1/3, π, 0.5) needs an exact answer (0.333 and 3.14
+are approximations of it; the `rel_tol` option loosens this). Values that are not rational (π, √2, expressions
+with variables) are compared at seeded sample points in double precision (a fast rejection), then at two
+points with mpmath at 60 digits; a difference smaller than 1e-40 that does not shrink when the precision
+doubles is a real difference, so a tiny value is never rounded to zero (`e^{-1000}` is not 0).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Literal
+
+import mpmath
+
+from proctor.verifiers.math.grammar import Node, Number
+from proctor.verifiers.math.values import (
+    PRECISE_DPS,
+    PRECISE_POINTS,
+    SAMPLE_POINTS,
+    Choice,
+    Interval,
+    Items,
+    Matrix,
+    Ratio,
+    Relation,
+    Scalar,
+    SetOp,
+    Text,
+    Time,
+    Undefined,
+    Value,
+    text_form,
+)
+
+MIN_SIG = 3
+"""Significant digits a decimal gold needs before it counts as a rounded value (0.5 and 2.5 are exact)."""
+
+MIN_POINTS = 2
+"""Sample points that must agree before two expressions with variables are equal."""
+
+DOUBLE_REL_TOL = 1e-6
+DOUBLE_ABS_TOL = 1e-9
+PRECISE_REL_TOL = mpmath.mpf(10) ** -45
+TINY = mpmath.mpf(10) ** -40
+
+_EMPTY_WORDS = frozenset(
+    {"no solution", "no solutions", "none", "no real solution", "no real solutions", "empty set",
+     "the empty set", "there is no solution", "there are no solutions", "no such number", "no roots",
+     "no real roots"}
+)  # fmt: skip
+_ALL_REALS_WORDS = frozenset({"all real numbers", "all reals", "every real number", "any real number"})
+
+
+@dataclass(frozen=True)
+class Policy:
+    """How percent signs, units and tolerances are treated (the verifier's options)."""
+
+    percent: Literal["lenient", "strict"] = "lenient"
+    units: Literal["ignore", "strict"] = "ignore"
+    rel_tol: float | None = None
+
+
+@dataclass(frozen=True)
+class Match:
+    """The verdict of one comparison and the rule that decided it."""
+
+    ok: bool
+    rule: str
+
+
+DEFAULT_POLICY = Policy()
+_LABELLED_CHOICE = re.compile(r"\(([A-J])\)|([A-J])[.:)](?=\s|$)")
+_NO = Match(False, "different")
+
+
+def equivalent(gold: Value, answer: Value, policy: Policy = DEFAULT_POLICY) -> Match:
+    """Whether `answer` states the gold's value; `rule` names what decided."""
+    if gold.raw and _compact(gold.raw) == _compact(answer.raw):  # same text: same value, units and signs
+        return Match(True, "identical")
+    if isinstance(gold, Choice):
+        return _choice(gold, answer)
+    if isinstance(gold, Time):
+        return _time(gold, answer)
+    if isinstance(gold, Text):
+        return _text(gold, answer)
+    if isinstance(gold, Scalar):
+        return _scalar_gold(gold, answer, policy)
+    if isinstance(gold, Relation):
+        return _relation_gold(gold, answer, policy)
+    if isinstance(gold, Items):
+        return _items_gold(gold, answer, policy)
+    if isinstance(gold, Interval):
+        return _interval_gold(gold, answer, policy)
+    if isinstance(gold, SetOp):
+        return _setop_gold(gold, answer, policy)
+    if isinstance(gold, Matrix):
+        return _matrix_gold(gold, answer, policy)
+    if isinstance(gold, Ratio):
+        return _ratio_gold(gold, answer, policy)
+    return _NO
+
+
+def _compact(text: str) -> str:
+    return "".join(text.split())
+
+
+# -- leaves ------------------------------------------------------------------------------------------------
+
+
+def _choice(gold: Choice, answer: Value) -> Match:
+    if isinstance(answer, Choice):
+        return Match(answer.letter == gold.letter, "choice")
+    if isinstance(answer, Scalar) and answer.node.op == "sym" and len(str(answer.node.value)) == 1:
+        return Match(str(answer.node.value).upper() == gold.letter, "choice")
+    # "(B) 12", "B. 12", "\\textbf{(B)} 12": a letter that labels the option, then its content.
+    labelled = _LABELLED_CHOICE.match(text_form(answer.raw).upper())
+    letter = labelled and (labelled.group(1) or labelled.group(2))
+    return Match(letter == gold.letter, "choice")
+
+
+def _time(gold: Time, answer: Value) -> Match:
+    if isinstance(answer, Time):
+        return Match(bool(gold.minutes() & answer.minutes()), "time")
+    return Match(False, "time")
+
+
+def _text(gold: Text, answer: Value) -> Match:
+    if isinstance(answer, Text):
+        if answer.text == gold.text:
+            return Match(True, "text")
+        if gold.text in _EMPTY_WORDS and answer.text in _EMPTY_WORDS:
+            return Match(True, "empty_set")
+        return Match(False, "text")
+    if gold.text in _EMPTY_WORDS and isinstance(answer, Items) and answer.shape == "set" and not answer.items:
+        return Match(True, "empty_set")
+    if gold.text in _ALL_REALS_WORDS and isinstance(answer, Interval):
+        return Match(answer.lo.infinite == -1 and answer.hi.infinite == 1, "all_reals")
+    return Match(text_form(answer.raw) == gold.text, "text")
+
+
+# -- scalars -----------------------------------------------------------------------------------------------
+
+
+def _scalar_gold(gold: Scalar, answer: Value, policy: Policy) -> Match:
+    if isinstance(answer, Scalar):
+        return compare_scalars(gold, answer, policy)
+    if isinstance(answer, Relation):
+        value = _stated_value(answer)
+        if value is not None:
+            found = compare_scalars(gold, value, policy)
+            return Match(found.ok, found.rule + "+equation")
+        return Match(False, "equation_for_value")
+    if isinstance(answer, Items) and len(answer.items) == 1 and answer.shape in ("set", "list", "tuple"):
+        return equivalent(gold, answer.items[0], policy)
+    if isinstance(answer, Items):
+        return Match(False, "several_values")
+    if isinstance(answer, Ratio) and gold.rational is not None:
+        left, right = answer.left.rational, answer.right.rational
+        if left is not None and right:
+            return Match(left / right == gold.rational, "ratio")
+    return Match(False, "kind")
+
+
+def compare_scalars(gold: Scalar, answer: Scalar, policy: Policy = DEFAULT_POLICY) -> Match:
+    """Compare two scalars under the unit and percent policies."""
+    units = _unit_rule(gold, answer, policy)
+    if units is False:
+        return Match(False, "unit")
+    golds = [gold]
+    answers = [answer]
+    if policy.percent == "lenient" and gold.percent != answer.percent:
+        # One side has the percent sign: 50% may be written 50 or 0.5. With signs on both sides only the
+        # values compare (0.25% is not 25%).
+        if gold.percent:
+            golds.append(gold.with_node(gold.core))
+        if answer.percent:
+            answers.append(answer.with_node(answer.core))
+    if gold.unit == "deg" and answer.unit is None and policy.units == "ignore":
+        # 45° answered in radians: π/4.
+        golds.append(gold.with_node(Node("deg", (gold.node,))))
+    for candidate in golds:
+        for given in answers:
+            found = same_value(candidate, given, policy)
+            if found.ok:
+                return found
+    return same_value(gold, answer, policy)
+
+
+def _unit_rule(gold: Scalar, answer: Scalar, policy: Policy) -> bool:
+    if policy.units == "strict":
+        return gold.unit == answer.unit
+    return gold.unit is None or answer.unit is None or gold.unit == answer.unit
+
+
+def same_value(gold: Scalar, answer: Scalar, policy: Policy = DEFAULT_POLICY) -> Match:
+    """Whether two scalars have the same value (exact, by stated digits, or numerically)."""
+    if gold.infinite or answer.infinite:
+        return Match(gold.infinite == answer.infinite, "infinity")
+    based = _bases(gold, answer)
+    if based is not None:
+        return based
+    exact_gold, exact_answer = gold.rational, answer.rational
+    if exact_gold is not None and exact_answer is not None:
+        if exact_gold == exact_answer:
+            return Match(True, "exact")
+        if policy.rel_tol is not None:
+            return Match(_within_rel(exact_gold, exact_answer, policy.rel_tol), "rel_tol")
+        return Match(_digits_agree(gold, answer, exact_gold, exact_answer), "digits")
+    if gold.symbols or answer.symbols:
+        if not gold.symbols and answer.symbols == {"j"} and _has_i(gold.node):
+            answer = answer.with_node(_j_to_i(answer.node))
+        return _numeric(gold, answer, "symbolic")  # x - x + 1 has a variable yet equals 1: points decide
+    if policy.rel_tol is not None:
+        try:
+            x, y = gold.at(0, precise=True), answer.at(0, precise=True)
+        except Undefined:
+            return Match(False, "undefined")
+        return Match(_within_rel(x, y, policy.rel_tol), "rel_tol")
+    if answer.approx is not None or gold.approx is not None:
+        try:
+            if _digits_agree_irrational(gold, answer):
+                return Match(True, "digits")
+        except Undefined:
+            return Match(False, "undefined")
+    return _numeric(gold, answer, "numeric")
+
+
+def _bases(gold: Scalar, answer: Scalar) -> Match | None:
+    """Numbers in other bases: same base (or the answer's bare digits in the gold's base) only."""
+    gold_base = _base_of(gold)
+    answer_base = _base_of(answer)
+    if gold_base is None and answer_base is None:
+        return None
+    if gold_base is not None:
+        base, digits = gold_base
+        if answer_base is not None:
+            return Match(answer_base[0] == base and int(answer_base[1], base) == int(digits, base), "base")
+        literal = _plain_digits(answer)
+        if literal is None:
+            return Match(False, "base")
+        try:
+            return Match(int(literal, base) == int(digits, base), "base_digits")
+        except ValueError:
+            return Match(False, "base_digits")
+    base, digits = answer_base  # type: ignore[misc]
+    return Match(base == 10 and gold.rational == int(digits, 10), "base")
+
+
+def _base_of(value: Scalar) -> tuple[int, str] | None:
+    node = value.node
+    if node.op == "num" and node.value.kind == "base":
+        return node.value.base, node.value.text
+    return None
+
+
+def _plain_digits(value: Scalar) -> str | None:
+    node = value.node
+    if node.op == "num" and node.value.kind == "int" and node.value.text.isdigit():
+        return node.value.text
+    return None
+
+
+def _within_rel(x, y, tolerance: float) -> bool:
+    if x == y:
+        return True
+    scale = max(abs(x), abs(y))
+    return (
+        abs(x - y) <= Fraction(tolerance) * scale
+        if isinstance(x, Fraction)
+        else abs(x - y) <= tolerance * scale
+    )
+
+
+def _gold_places(gold: Scalar, answer: Scalar) -> int | None:
+    """The places a rounded decimal gold states, when the answer may be compared at them; else None.
+
+    Only a decimal gold with at least MIN_SIG significant digits is a rounded value (0.5 or 2.5 is exact),
+    and an answer that is itself a decimal must state at least as many places (12.6 for 12.57 is not
+    "to the nearest hundredth"). An exact gold (1/3, π) gives no digits to round at, so it needs an exact
+    answer: 0.333 and 3.14 are approximations of it, not it.
+    """
+    gold_digits, answer_digits = gold.approx, answer.approx
+    if gold_digits is None or gold_digits[1] < MIN_SIG:
+        return None
+    if answer_digits is not None and answer_digits[0] < gold_digits[0]:
+        return None
+    return gold_digits[0]
+
+
+def _digits_agree(gold: Scalar, answer: Scalar, exact_gold: Fraction, exact_answer: Fraction) -> bool:
+    places = _gold_places(gold, answer)
+    if places is None:
+        return False
+    return abs(exact_gold - exact_answer) <= Fraction(1, 2) * Fraction(10) ** -places
+
+
+def _digits_agree_irrational(gold: Scalar, answer: Scalar) -> bool:
+    places = _gold_places(gold, answer)
+    if places is None:
+        return False
+    dps = max(PRECISE_DPS, places + 30)
+    x, y = gold.precise_at(0, dps), answer.precise_at(0, dps)
+    with mpmath.workdps(dps):
+        if abs(mpmath.im(x)) > 0 or abs(mpmath.im(y)) > 0:
+            return False
+        return abs(x - y) <= mpmath.mpf(10) ** -places / 2
+
+
+def _numeric(gold: Scalar, answer: Scalar, rule: str) -> Match:
+    """Compare at sample points: double precision first (fast rejection), then mpmath at 60 digits.
+
+    With variables, a point where the two sides differ only because one of them leaves the real numbers
+    there (√x·√y against √(xy) at negative x and y) is skipped, as long as no side uses i; where both are
+    real and differ (√(x²) against x at x < 0), they differ. At least MIN_POINTS points must agree.
+    """
+    variables = bool(gold.symbols or answer.symbols)
+    points = SAMPLE_POINTS if variables else 1
+    agreed: list[int] = []
+    for k in range(points):
+        try:
+            x, y = gold.at(k), answer.at(k)
+        except Undefined:
+            continue
+        if abs(x - y) > max(DOUBLE_REL_TOL * max(abs(x), abs(y)), DOUBLE_ABS_TOL):
+            if variables and not (gold.real_at(k) and answer.real_at(k)) and not _uses_i(gold, answer):
+                continue
+            return Match(False, rule)
+        agreed.append(k)
+    if len(agreed) < (MIN_POINTS if variables else 1):
+        return Match(False, "undefined")
+    confirmed = 0
+    for k in agreed:
+        try:
+            x, y = gold.at(k, precise=True), answer.at(k, precise=True)
+        except Undefined:
+            continue
+        verdict = _precise_close(gold, answer, k, x, y)
+        if not verdict:
+            return Match(False, rule)
+        confirmed += 1
+        if confirmed >= PRECISE_POINTS:
+            break
+    return Match(confirmed > 0, rule if confirmed else "undefined")
+
+
+def _precise_close(gold: Scalar, answer: Scalar, k: int, x, y) -> bool:
+    difference = abs(x - y)
+    if difference <= PRECISE_REL_TOL * max(abs(x), abs(y)):
+        return True
+    if difference > TINY:
+        return False
+    # A tiny difference: a true zero shrinks when the precision doubles, a tiny value (e^-1000) does not.
+    try:
+        x2, y2 = gold.precise_at(k, 2 * PRECISE_DPS), answer.precise_at(k, 2 * PRECISE_DPS)
+    except Undefined:
+        return False
+    with mpmath.workdps(2 * PRECISE_DPS):
+        return abs(x2 - y2) <= difference * mpmath.mpf(10) ** -(PRECISE_DPS // 2)
+
+
+def _uses_i(gold: Scalar, answer: Scalar) -> bool:
+    return _has_i(gold.node) or _has_i(answer.node)
+
+
+def _has_i(node: Node) -> bool:
+    return any(part.op == "const" and part.value == "i" for part in node.walk())
+
+
+def _j_to_i(node: Node) -> Node:
+    if node.op == "sym" and node.value == "j":
+        return Node("const", (), "i")
+    if not node.args:
+        return node
+    return Node(node.op, tuple(_j_to_i(arg) for arg in node.args), node.value)
+
+
+# -- relations ---------------------------------------------------------------------------------------------
+
+
+def _is_label(side: Scalar) -> bool:
+    node = side.node
+    if node.op == "sym":
+        return True
+    return node.op == "call" and all(arg.op == "sym" for arg in node.args)
+
+
+def _label(side: Scalar) -> str:
+    node = side.node
+    return str(node.value) if node.op == "sym" else f"{node.value}()"
+
+
+def assignment(relation: Relation) -> tuple[Scalar, Scalar] | None:
+    """(label, value) for a solved equation: x = 3, 3 = x, x = 1 + 2 = 3, f(x) = x^2 (a function)."""
+    if not relation.ops or any(op != "=" for op in relation.ops):
+        return None
+    first, last = relation.sides[0], relation.sides[-1]
+    for label, value in ((first, last), (last, first)):
+        if not _is_label(label):
+            continue
+        if label.node.op == "call":
+            arguments = {str(arg.value) for arg in label.node.args}
+            if value.symbols <= arguments:
+                return label, value
+        elif not value.symbols:
+            return label, value
+    return None
+
+
+def _stated_value(relation: Relation) -> Scalar | None:
+    """The value an answer equation states: x = 3 -> 3; 2 + 3 = 5 -> 5; x^2 = 9 -> None."""
+    found = assignment(relation)
+    if found is not None:
+        return found[1]
+    if all(op == "=" for op in relation.ops) and not any(side.symbols for side in relation.sides):
+        return relation.sides[-1]
+    return None
+
+
+def _relation_gold(gold: Relation, answer: Value, policy: Policy) -> Match:
+    solved = assignment(gold)
+    if solved is not None:
+        return _assignment_gold(solved, answer, policy)
+    if all(op == "=" for op in gold.ops) and not any(side.symbols for side in gold.sides):
+        return equivalent(gold.sides[-1], answer, policy)  # "2 + 3 = 5" as a gold means 5
+    interval = relation_interval(gold)
+    if interval is not None:
+        return _interval_gold(interval, answer, policy)
+    if not isinstance(answer, Relation):
+        return Match(False, "equation_needs_equation")
+    if gold.ops == ("!=",) and answer.ops == ("!=",):
+        return _proportional(gold, answer, positive=False, rule="not_equal")
+    if len(gold.ops) != 1 or len(answer.ops) != 1:
+        return Match(False, "relation")
+    gold_op, answer_op = gold.ops[0], answer.ops[0]
+    if gold_op == "=":
+        if answer_op != "=":
+            return Match(False, "relation")
+        return _proportional(gold, answer, positive=False, rule="equation")
+    if _strict(gold_op) != _strict(answer_op) or "=" in (answer_op,) or answer_op == "!=":
+        return Match(False, "inequality")
+    return _proportional(_greater(gold), _greater(answer), positive=True, rule="inequality")
+
+
+def _assignment_gold(solved: tuple[Scalar, Scalar], answer: Value, policy: Policy) -> Match:
+    label, value = solved
+    if isinstance(answer, Relation):
+        given = assignment(answer)
+        if given is None:
+            return Match(False, "unsolved_equation")
+        other_label, other_value = given
+        if label.node.op == "sym" and other_label.node.op == "sym" and _label(label) != _label(other_label):
+            return Match(False, "variable")
+        found = compare_scalars(value, other_value, policy)
+        return Match(found.ok, found.rule + "+equation")
+    if isinstance(answer, Items) and len(answer.items) == 1:
+        return _assignment_gold(solved, answer.items[0], policy)
+    if isinstance(answer, Scalar):
+        found = compare_scalars(value, answer, policy)
+        return Match(found.ok, found.rule + "+value")
+    return (
+        equivalent(value, answer, policy) if not isinstance(answer, Items) else Match(False, "several_values")
+    )
+
+
+def _strict(op: str) -> bool:
+    return op in ("<", ">")
+
+
+def _greater(relation: Relation) -> Relation:
+    """a < b as b > a, so every inequality reads "left > right" or "left >= right"."""
+    op = relation.ops[0]
+    left, right = relation.sides
+    if op in ("<", "<="):
+        return Relation((">" if op == "<" else ">=",), (right, left), relation.raw)
+    return relation
+
+
+def _difference(relation: Relation) -> Scalar:
+    left, right = relation.sides[0], relation.sides[-1]
+    return left.with_node(Node("add", (left.node, Node("neg", (right.node,)))))
+
+
+def _proportional(gold: Relation, answer: Relation, positive: bool, rule: str) -> Match:
+    """Whether (left - right) of the answer is a constant, nonzero multiple of the gold's (positive for >)."""
+    gold_diff, answer_diff = _difference(gold), _difference(answer)
+    if gold_diff.symbols != answer_diff.symbols:
+        return Match(False, rule)
+    ratios = []
+    for k in range(SAMPLE_POINTS):
+        try:
+            x, y = gold_diff.at(k), answer_diff.at(k)
+        except Undefined:
+            continue
+        if x == 0 or y == 0:
+            if abs(x) + abs(y) > DOUBLE_ABS_TOL:
+                return Match(False, rule)
+            continue
+        ratios.append(y / x)
+    if not ratios:
+        return Match(False, rule)
+    first = ratios[0]
+    if any(abs(ratio - first) > DOUBLE_REL_TOL * abs(first) for ratio in ratios):
+        return Match(False, rule)
+    if positive and (first.real <= 0 or abs(first.imag) > DOUBLE_ABS_TOL):
+        return Match(False, rule)
+    # Confirm at two points with mpmath: answer = c · gold, with c taken from the first point.
+    try:
+        x0, y0 = gold_diff.at(0, precise=True), answer_diff.at(0, precise=True)
+        x1, y1 = gold_diff.at(1, precise=True), answer_diff.at(1, precise=True)
+    except Undefined:
+        return Match(True, rule + "_double")
+    with mpmath.workdps(PRECISE_DPS):
+        if x0 == 0:
+            return Match(abs(y0) <= TINY, rule)
+        factor = y0 / x0
+        return Match(abs(y1 - factor * x1) <= PRECISE_REL_TOL * max(abs(y1), abs(factor * x1)) + TINY, rule)
+
+
+def relation_interval(relation: Relation) -> Interval | None:
+    """The interval a solved inequality describes: x > 3 -> (3, oo); -1 < x <= 2 -> (-1, 2]; else None."""
+    ops = relation.ops
+    sides = relation.sides
+    if not ops or any(op in ("=", "!=", "in") for op in ops):
+        return None
+    if len(ops) == 1:
+        left, right = sides
+        op = ops[0]
+        if left.node.op == "sym" and not right.symbols:
+            variable, bound = left, right
+        elif right.node.op == "sym" and not left.symbols:
+            variable, bound = right, left
+            op = {"<": ">", ">": "<", "<=": ">=", ">=": "<="}[op]
+        else:
+            return None
+        del variable
+        if op in (">", ">="):
+            return Interval(bound, _INFINITY, op == ">", True, relation.raw)
+        return Interval(_MINUS_INFINITY, bound, True, op == "<", relation.raw)
+    if len(ops) == 2:
+        low, middle, high = sides
+        if middle.node.op != "sym" or low.symbols or high.symbols:
+            return None
+        if ops[0] in ("<", "<=") and ops[1] in ("<", "<="):
+            return Interval(low, high, ops[0] == "<", ops[1] == "<", relation.raw)
+        if ops[0] in (">", ">=") and ops[1] in (">", ">="):
+            return Interval(high, low, ops[1] == ">", ops[0] == ">", relation.raw)
+    return None
+
+
+_INFINITY = Scalar(Node("const", (), "oo"), "oo")
+_MINUS_INFINITY = Scalar(Node("neg", (Node("const", (), "oo"),)), "-oo")
+
+
+# -- collections -------------------------------------------------------------------------------------------
+
+
+def _items_gold(gold: Items, answer: Value, policy: Policy) -> Match:
+    if gold.shape == "list" and _is_system(gold):
+        # x = 1, y = 2: labelled answers match by label (below); bare values must come in the gold's order.
+        members = _members(answer, ordered_ok=True)
+        if members is not None and not all(_labelled(member) for member in members):
+            return Match(_ordered(gold.items, members, policy), "system")
+    if gold.shape in ("set", "list", "pm"):
+        members = _members(answer, ordered_ok=True)
+        if members is None:
+            if len(gold.items) == 1:
+                return equivalent(gold.items[0], answer, policy)
+            if gold.shape == "set" and not gold.items and isinstance(answer, Text):
+                return Match(answer.text in _EMPTY_WORDS, "empty_set")
+            return Match(False, "kind")
+        return Match(_unordered(gold.items, members, policy), "unordered")
+    # tuple or pair: ordered, or an open interval for a pair.
+    if gold.shape == "pair":
+        as_interval = _as_interval(answer)
+        if as_interval is not None and not isinstance(answer, Items):
+            lo, hi = gold.items
+            interval = Interval(lo, hi, True, True, gold.raw)  # type: ignore[arg-type]
+            return _interval_gold(interval, answer, policy)
+    members = _members(answer, ordered_ok=True, ordered_only=True)
+    if members is None:
+        return Match(False, "kind")
+    return Match(_ordered(gold.items, members, policy), "ordered")
+
+
+def _is_system(gold: Items) -> bool:
+    labels = []
+    for item in gold.items:
+        solved = assignment(item) if isinstance(item, Relation) else None
+        if solved is None:
+            return False
+        labels.append(_label(solved[0]))
+    return len(set(labels)) == len(labels) > 1
+
+
+def _labelled(value: Value) -> bool:
+    return isinstance(value, Relation) and assignment(value) is not None
+
+
+def _members(answer: Value, ordered_ok: bool, ordered_only: bool = False) -> tuple[Value, ...] | None:
+    if isinstance(answer, Items):
+        if ordered_only and answer.shape in ("set", "pm"):
+            return None
+        return answer.items
+    if isinstance(answer, Matrix):
+        if len(answer.rows) == 1:
+            return answer.rows[0]
+        if all(len(row) == 1 for row in answer.rows):
+            return tuple(row[0] for row in answer.rows)
+        return None
+    if isinstance(answer, (Scalar, Relation)) and not ordered_only:
+        return (answer,)
+    return None
+
+
+def _unordered(golds: tuple[Value, ...], answers: tuple[Value, ...], policy: Policy) -> bool:
+    """Set equality: every gold item is matched by an answer item and every answer item matches a gold."""
+    if not golds or not answers:
+        return not golds and not answers
+    matched_answers = set()
+    for gold in golds:
+        found = False
+        for index, answer in enumerate(answers):
+            if equivalent(gold, answer, policy).ok:
+                matched_answers.add(index)
+                found = True
+                break
+        if not found:
+            return False
+    for index, answer in enumerate(answers):
+        if index in matched_answers:
+            continue
+        if not any(equivalent(gold, answer, policy).ok for gold in golds):
+            return False
+    return True
+
+
+def _ordered(golds: tuple[Value, ...], answers: tuple[Value, ...], policy: Policy) -> bool:
+    return len(golds) == len(answers) and all(
+        equivalent(gold, answer, policy).ok for gold, answer in zip(golds, answers, strict=True)
+    )
+
+
+# -- intervals and set operations --------------------------------------------------------------------------
+
+
+def _as_interval(answer: Value) -> Interval | None:
+    if isinstance(answer, Interval):
+        return answer
+    if isinstance(answer, Relation):
+        return relation_interval(answer)
+    if isinstance(answer, Items) and answer.shape == "pair":
+        lo, hi = answer.items
+        return Interval(lo, hi, True, True, answer.raw)  # type: ignore[arg-type]
+    return None
+
+
+def _interval_gold(gold: Interval, answer: Value, policy: Policy) -> Match:
+    interval = _as_interval(answer)
+    if interval is None:
+        if isinstance(answer, Text) and gold.lo.infinite == -1 and gold.hi.infinite == 1:
+            return Match(answer.text in _ALL_REALS_WORDS, "all_reals")
+        return Match(False, "kind")
+    if interval.lo_open != gold.lo_open or interval.hi_open != gold.hi_open:
+        return Match(False, "interval_ends")
+    ok = same_value(gold.lo, interval.lo, policy).ok and same_value(gold.hi, interval.hi, policy).ok
+    return Match(ok, "interval")
+
+
+def _setop_gold(gold: SetOp, answer: Value, policy: Policy) -> Match:
+    if isinstance(answer, SetOp):
+        if answer.op != gold.op:
+            return Match(False, "set_operation")
+        return Match(_unordered(gold.parts, answer.parts, policy), "union")
+    if gold.op == "union" and isinstance(answer, Items) and answer.shape == "list":
+        parts = tuple(_as_interval(item) or item for item in answer.items)
+        return Match(_unordered(gold.parts, parts, policy), "union")
+    return Match(False, "kind")
+
+
+# -- matrices and ratios -----------------------------------------------------------------------------------
+
+
+def _matrix_gold(gold: Matrix, answer: Value, policy: Policy) -> Match:
+    if isinstance(answer, Matrix):
+        if len(answer.rows) != len(gold.rows) or any(
+            len(a) != len(g) for a, g in zip(answer.rows, gold.rows, strict=True)
+        ):
+            return Match(False, "matrix_shape")
+        ok = all(
+            compare_scalars(g, a, policy).ok
+            for grow, arow in zip(gold.rows, answer.rows, strict=True)
+            for g, a in zip(grow, arow, strict=True)
+        )
+        return Match(ok, "matrix")
+    vector = _members(gold, ordered_ok=True, ordered_only=True)
+    if vector is not None and isinstance(answer, Items) and answer.shape in ("tuple", "pair", "list"):
+        return Match(_ordered(vector, answer.items, policy), "vector")
+    return Match(False, "kind")
+
+
+def _ratio_gold(gold: Ratio, answer: Value, policy: Policy) -> Match:
+    if isinstance(answer, Time):
+        answer = Ratio(_integer_scalar(answer.hour), _integer_scalar(answer.minute), answer.raw)
+    if isinstance(answer, Ratio):
+        left = Scalar(Node("mul", (gold.left.node, answer.right.node)))
+        right = Scalar(Node("mul", (gold.right.node, answer.left.node)))
+        return Match(same_value(left, right, policy).ok, "ratio")
+    if isinstance(answer, Scalar):
+        quotient = Scalar(Node("div", (gold.left.node, gold.right.node), "slash"))
+        return Match(same_value(quotient, answer, policy).ok, "ratio_value")
+    return Match(False, "kind")
+
+
+def _integer_scalar(value: int) -> Scalar:
+    return Scalar(Node("num", (), Number(Fraction(value), str(value), "int")))
