@@ -340,3 +340,8 @@ def test_engine_answers_guards_as_verdicts_and_bad_golds_as_422(engine: Engine):
     )  # fmt: skip
     assert batch[0].error.status == 422 and batch[0].error.field == "reference.answer"
     assert (batch[1].status, batch[1].reward) == (Status.ok, 1.0)
+
+
+@pytest.mark.parametrize("slash", ["\u2044", "\u2215"])
+def test_unicode_fraction_and_division_slashes_read_as_division(slash):
+    assert score(f"The answer is 3{slash}2.", "\\frac{3}{2}").reward == 1.0

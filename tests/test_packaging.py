@@ -115,3 +115,18 @@ def test_repo_datasets_folder_never_shadows_hugging_face_datasets():
     location, loader_module = result.stdout.split()
     assert "site-packages" in location and not Path(location).resolve().is_relative_to(ROOT / "datasets")
     assert loader_module.startswith("datasets.")
+
+
+def test_every_package_folder_is_in_the_explicit_package_list():
+    """pyproject.toml lists packages by hand (to map the top-level folders); a new subpackage must be added."""
+    import tomllib
+
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    listed = set(config["packages"])
+    folders = {source: name for name, source in config["package-dir"].items()}
+    found = set()
+    for source, name in folders.items():
+        for init in (ROOT / source).rglob("__init__.py"):
+            relative = init.parent.relative_to(ROOT / source)
+            found.add(".".join([name, *relative.parts]))
+    assert found <= listed, f"add to [tool.setuptools] packages: {sorted(found - listed)}"

@@ -101,6 +101,8 @@ _UNICODE = {
     "\u2219": r"\cdot ",
     "\u2217": "*",
     "\u00f7": r"\div ",
+    "\u2044": "/",  # fraction slash: 3⁄2
+    "\u2215": "/",  # division slash
     "\u221a": r"\sqrt ",
     "\u221b": r"\sqrt[3]",
     "\u221c": r"\sqrt[4]",
