@@ -40,8 +40,8 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from proctor.engine import Engine
 
-ROOT = Path(__file__).resolve().parents[1]
-RESULTS = ROOT / "bench" / "RESULTS.md"
+from common import ROOT, append_results, git_commit  # bench/common.py: the script's folder is on sys.path
+
 DATASET = ROOT / "datasets" / "math" / "labelled.jsonl"
 PEER = "Math-Verify 0.9.0"
 GROUP_SIZE = 16
@@ -579,16 +579,6 @@ def speed_tables(
 # -- report ----------------------------------------------------------------------------------------
 
 
-def git_commit() -> str:
-    """The short commit hash being measured."""
-    try:
-        return subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT
-        ).stdout.strip()
-    except OSError:
-        return "unknown"
-
-
 def _verdict(ok: bool) -> str:
     return "met" if ok else "**not met**"
 
@@ -696,13 +686,7 @@ def main() -> None:
             print("\n".join(wrong))
     print(f"\n(accuracy pass {acc_seconds:.1f} s)", file=sys.stderr)
     if not args.no_write:
-        header = (
-            ""
-            if RESULTS.exists()
-            else "# Benchmark results\n\nEach section is appended by the benchmark that measured it.\n\n"
-        )
-        with RESULTS.open("a") as out:
-            out.write(header + report + "\n")
+        append_results(report)
 
 
 if __name__ == "__main__":

@@ -20,12 +20,9 @@ import statistics
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import httpx
-
-ROOT = Path(__file__).resolve().parents[1]
-RESULTS = ROOT / "bench" / "RESULTS.md"
+from common import ROOT, append_results, git_commit  # bench/common.py: the script's folder is on sys.path
 
 
 def make_items(n: int, seed: int = 0) -> list[dict]:
@@ -171,16 +168,6 @@ async def latency_at(port: int, items: list[dict], concurrency: int, requests: i
     }
 
 
-def git_commit() -> str:
-    """The short commit hash being measured."""
-    try:
-        return subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT
-        ).stdout.strip()
-    except OSError:
-        return "unknown"
-
-
 def main() -> None:
     """Run the benchmark and append its results to bench/RESULTS.md."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -232,13 +219,7 @@ def main() -> None:
     report = "\n".join(lines)
     print(report)
     if not args.no_write:
-        header = (
-            ""
-            if RESULTS.exists()
-            else "# Benchmark results\n\nEach section is appended by the benchmark that measured it.\n\n"
-        )
-        with RESULTS.open("a") as out:
-            out.write(header + report + "\n")
+        append_results(report)
 
 
 if __name__ == "__main__":
