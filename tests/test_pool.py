@@ -36,6 +36,14 @@ def pool():
         yield p
 
 
+def wait_until_busy(pool: WorkerPool, busy: int = 1) -> None:
+    """Wait (bounded) until `busy` workers are running an item, i.e. it has left the queue."""
+    deadline = time.monotonic() + 30
+    while pool.stats()["busy"] < busy:
+        assert time.monotonic() < deadline, f"no worker took the item: {pool.stats()}"
+        time.sleep(0.02)
+
+
 def run(pool: WorkerPool, response: str, deadline: float = 1.0):
     return pool.submit("test.misbehave", (response, "ok", None), deadline).result(timeout=30)
 
@@ -99,8 +107,8 @@ def test_other_items_keep_being_served_while_one_hangs(pool):
 
 def test_full_queue_raises_pool_full():
     with WorkerPool(1, memory_mb=1024, queue_size=1) as small:
-        busy = small.submit("test.misbehave", ("sleep", "ok", None), 2.0)
-        time.sleep(0.3)  # let the only worker take the sleeping item off the queue
+        busy = small.submit("test.misbehave", ("sleep", "ok", None), 5.0)
+        wait_until_busy(small)  # the only worker has taken the sleeping item off the queue
         queued = small.submit("test.misbehave", ("ok", "ok", None), 1.0)
         with pytest.raises(PoolFull):
             small.submit("test.misbehave", ("ok", "ok", None), 1.0)
@@ -147,7 +155,7 @@ def test_close_releases_callers_blocked_on_a_full_queue():
 
     p = WorkerPool(1, memory_mb=1024, queue_size=1)
     p.submit("test.misbehave", ("sleep", "ok", None), 5.0)
-    time.sleep(0.3)
+    wait_until_busy(p)
     p.submit("test.misbehave", ("ok", "ok", None), 1.0)  # fills the queue
     outcomes: list[str] = []
 
