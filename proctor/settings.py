@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from functools import lru_cache
+from typing import Literal
 
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -53,6 +54,16 @@ class Settings(BaseSettings):
         100_000, ge=0, description="Inline verifiers score larger responses in the pool, under a deadline."
     )
     pool_max_tasks: int = Field(10_000, ge=1, description="Items a worker scores before it is recycled.")
+
+    # Sandboxes for untrusted programs
+    sandbox_backend: Literal["nsjail", "docker", "local"] = Field(
+        "nsjail",
+        description="Where untrusted programs run; local does not isolate and is for development only.",
+    )
+    sandbox_workers: int = Field(
+        default_factory=_default_pool_workers, ge=1, description="Sandbox jobs running at once."
+    )
+    sandbox_queue: int = Field(48, ge=0, description="Sandbox jobs allowed to wait; beyond this, 429.")
 
     # Result cache
     cache_size: int = Field(
