@@ -1,4 +1,4 @@
-"""The FastAPI application: routes, middleware, error handlers, and the engine's lifespan."""
+"""The FastAPI application: routes, middleware, error handlers, and the lifespan of the engine and sandbox pool."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 
 import proctor
-from proctor.api import compat, ops, routes
+from proctor.api import compat, ops, routes, run_code
 from proctor.api.admission import Admission
 from proctor.api.auth import BearerAuthMiddleware
 from proctor.api.errors import install_error_handlers
@@ -60,6 +60,7 @@ def create_app(settings: Settings | None = None, engine: Engine | None = None) -
             if owned and state.engine is not None:
                 await asyncio.to_thread(state.engine.close)
                 state.engine = None
+            await asyncio.to_thread(state.close_sandbox)  # started on first use, if ever
             state.metrics.close()
 
     app = FastAPI(
@@ -72,6 +73,7 @@ def create_app(settings: Settings | None = None, engine: Engine | None = None) -
     install_error_handlers(app, settings.retry_after_s, state.metrics.observe_rejection)
     app.include_router(routes.router)
     app.include_router(compat.router)
+    app.include_router(run_code.router)
     app.include_router(ops.router)
 
     # add_middleware wraps what is already there, so the last added runs first:
@@ -93,10 +95,10 @@ def _check_default_verifier(name: str) -> None:
 
 
 async def _refresh_gauges(state: ServiceState) -> None:
-    """Keep this worker's share of the pool and admission gauges current for whichever worker is scraped."""
+    """Keep this worker's share of the pool, admission and sandbox gauges current for whichever worker is scraped."""
     while True:
         try:
             state.refresh_gauges()
         except Exception:  # a failed refresh must not stop every later one
-            log.exception("could not refresh the pool and admission gauges")
+            log.exception("could not refresh the pool, admission and sandbox gauges")
         await asyncio.sleep(GAUGE_REFRESH_S)

@@ -1,15 +1,17 @@
-"""Prometheus metrics: HTTP requests and latency by route, scores by verifier and status, pool and admission gauges.
+"""Prometheus metrics: HTTP requests and latency by route, scores by verifier and status, pool, admission and
+sandbox gauges, sandbox jobs by verdict.
 
 Each app has its own CollectorRegistry. With several uvicorn workers `serve()` sets PROMETHEUS_MULTIPROC_DIR
 before the workers start; prometheus_client then keeps values in per-process files and `/metrics`, answered by
-any one worker, sums counters and histograms over all of them. Gauges use `livesum`: the pool and admission
-gauges are the sum over live workers, refreshed by each worker every second.
+any one worker, sums counters and histograms over all of them. Gauges use `livesum`: the pool, admission and
+sandbox gauges are the sum over live workers, refreshed by each worker every second.
 """
 
 from __future__ import annotations
 
 import os
 import time
+from typing import Any
 
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
@@ -23,11 +25,13 @@ from prometheus_client import (
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from proctor.contract import Score
+from proctor.sandboxes.job import Result, Verdict
 
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 _LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 _METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
 _POOL_FIELDS = ("workers", "alive", "busy", "queued", "submitted", "timeouts", "crashes")
+_SANDBOX_FIELDS = ("workers", "queue", "running", "queued")
 
 
 def multiprocess_mode() -> bool:
@@ -68,7 +72,8 @@ class Metrics:
         )
         self.rejected = Counter(
             "proctor_rejected",
-            "Requests answered 429, by reason (queue_full: admission queue; pool_full: verifier pool queue).",
+            "Requests answered 429, by reason (queue_full: admission queue; pool_full: verifier pool queue; "
+            "sandbox_full: sandbox pool queue).",
             ["reason"],
             registry=reg,
         )
@@ -86,8 +91,25 @@ class Metrics:
             multiprocess_mode="livesum",
             registry=reg,
         )
+        self.sandbox = Gauge(
+            "proctor_sandbox",
+            "Sandbox pool: workers, queue bound, jobs running and jobs waiting (0 until the pool starts).",
+            ["field"],
+            multiprocess_mode="livesum",
+            registry=reg,
+        )
+        self.sandbox_jobs = Counter(
+            "proctor_sandbox_jobs",
+            "Sandbox jobs finished, by verdict (sandbox_error: the machinery failed).",
+            ["verdict"],
+            registry=reg,
+        )
         for field in _POOL_FIELDS:
             self.pool.labels(field).set(0)
+        for field in _SANDBOX_FIELDS:
+            self.sandbox.labels(field).set(0)
+        for verdict in Verdict:
+            self.sandbox_jobs.labels(verdict.value)  # every verdict shows, at 0, before its first job
         for state in ("running", "queued"):
             self.admission.labels(state).set(0)
 
@@ -106,12 +128,23 @@ class Metrics:
         """Count one 429."""
         self.rejected.labels(reason).inc()
 
-    def refresh(self, admission: dict[str, int], pool: dict[str, int] | None) -> None:
-        """Copy the current admission and pool state into the gauges."""
+    def observe_sandbox_result(self, result: Result) -> None:
+        """Count one finished sandbox job by its verdict (called from the sandbox pool's threads)."""
+        self.sandbox_jobs.labels(result.verdict.value).inc()
+
+    def refresh(
+        self,
+        admission: dict[str, int],
+        pool: dict[str, int] | None,
+        sandbox: dict[str, Any] | None = None,
+    ) -> None:
+        """Copy the current admission, verifier pool and sandbox pool state into the gauges."""
         self.admission.labels("running").set(admission.get("running", 0))
         self.admission.labels("queued").set(admission.get("queued", 0))
         for field in _POOL_FIELDS:
             self.pool.labels(field).set((pool or {}).get(field, 0))
+        for field in _SANDBOX_FIELDS:
+            self.sandbox.labels(field).set((sandbox or {}).get(field, 0))
 
     def render(self) -> tuple[bytes, str]:
         """The Prometheus text exposition and its content type."""

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Depends
+from typing import Any
+
+from fastapi import APIRouter, Depends, Query
+from pydantic import BaseModel, Field
 from starlette.responses import Response
 
 import proctor
@@ -13,11 +16,33 @@ from proctor.api.state import ServiceState, get_state
 router = APIRouter(tags=["operations"])
 
 
-@router.get("/healthz", response_model=Health, summary="Health and limits")
-async def healthz(state: ServiceState = Depends(get_state)) -> Response:
-    """Status, version, verifier count, pool stats (null before the pool starts) and request limits."""
+class SandboxHealth(BaseModel):
+    """The sandbox backend, its pool (null until the first job) and the cached toolchain report."""
+
+    backend: str = Field(description="The configured backend (PROCTOR_SANDBOX_BACKEND).")
+    unavailable: str | None = Field(description="Why the backend failed its last check, or null.")
+    pool: dict[str, Any] | None = Field(description="Sandbox pool stats, or null before the first job.")
+    doctor: dict[str, Any] | None = Field(
+        description="Which backends and toolchains work here (from `proctor doctor`); computed on the first "
+        "/healthz?detail=true, cached, and null until then."
+    )
+
+
+class ServiceHealth(Health):
+    """Health plus the sandbox section."""
+
+    sandbox: SandboxHealth
+
+
+@router.get("/healthz", response_model=ServiceHealth, summary="Health and limits")
+async def healthz(
+    detail: bool = Query(False, description="Also run (once, then cached) the sandbox toolchain report."),
+    state: ServiceState = Depends(get_state),
+) -> Response:
+    """Status, version, verifier count, pool stats (null before the pool starts), request limits, sandbox health."""
     engine = state.engine
-    health = Health(
+    doctor = await state.doctor_report() if detail else state.doctor_cached
+    health = ServiceHealth(
         status="ok",
         version=proctor.__version__,
         verifiers=len(state.verifiers),
@@ -26,6 +51,12 @@ async def healthz(state: ServiceState = Depends(get_state)) -> Response:
             "max_body_bytes": state.settings.max_body_bytes,
             "max_batch_items": state.settings.max_batch_items,
         },
+        sandbox=SandboxHealth(
+            backend=state.settings.sandbox_backend,
+            unavailable=state.sandbox_unavailable,
+            pool=state.sandbox_stats(),
+            doctor=doctor,
+        ),
     )
     return json_response(health)
 
@@ -38,7 +69,7 @@ async def healthz(state: ServiceState = Depends(get_state)) -> Response:
     summary="Prometheus metrics",
 )
 async def metrics(state: ServiceState = Depends(get_state)) -> Response:
-    """Requests, latencies, scores by verifier and status, pool and admission gauges, 429 counts."""
+    """Requests, latencies, scores by verifier and status, pool, admission and sandbox gauges, 429 counts."""
     state.refresh_gauges()
     body, content_type = state.metrics.render()
     return Response(body, media_type=content_type)

@@ -1,4 +1,4 @@
-"""The `proctor` command: serve, score, verifiers and rescore.
+"""The `proctor` command: serve, score, verifiers, rescore and doctor.
 
 Every failure a user can cause is one line on stderr that starts with "proctor: ", and a non-zero exit
 (2 for a bad command line or request, 1 for a failure while running); no tracebacks for those.
@@ -182,6 +182,20 @@ def cmd_rescore(args: argparse.Namespace) -> int:
     return 0
 
 
+# -- doctor --------------------------------------------------------------------------------------------
+
+
+def cmd_doctor(args: argparse.Namespace) -> int:
+    """Report which sandbox backends and toolchains work here; exit 1 unless the default backend and Python do."""
+    from proctor.sandboxes.doctor import doctor_report, render
+
+    report = doctor_report(backend=args.backend, run_programs=not args.no_run, budget_s=args.budget)
+    print(json.dumps(report, indent=2) if args.json else render(report))
+    for problem in report["problems"]:
+        print(f"proctor: {problem}", file=sys.stderr)
+    return 0 if report["ok"] else 1
+
+
 # -- parser --------------------------------------------------------------------------------------------
 
 
@@ -263,6 +277,23 @@ def build_parser() -> argparse.ArgumentParser:
     )
     re.add_argument("--summary-json", metavar="PATH", help="also write the summary as JSON to PATH")
     re.set_defaults(func=cmd_rescore)
+
+    doctor = commands.add_parser(
+        "doctor",
+        help="check sandbox backends and language toolchains",
+        description="Check which sandbox backends work here and, for each language, whether its toolchain is "
+        "installed and a hello world compiles and runs in the default backend. Exit 1 unless the default "
+        "backend and Python work.",
+    )
+    doctor.add_argument("--json", action="store_true", help="print the report as JSON")
+    doctor.add_argument(
+        "--backend", help="backend to check programs in (default: PROCTOR_SANDBOX_BACKEND or nsjail)"
+    )
+    doctor.add_argument("--no-run", action="store_true", help="only look for toolchains; run no program")
+    doctor.add_argument(
+        "--budget", type=float, default=120.0, help="seconds for all hello-world runs together (default: 120)"
+    )
+    doctor.set_defaults(func=cmd_doctor)
     return parser
 
 

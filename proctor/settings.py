@@ -63,7 +63,9 @@ class Settings(BaseSettings):
     sandbox_workers: int = Field(
         default_factory=_default_pool_workers, ge=1, description="Sandbox jobs running at once."
     )
-    sandbox_queue: int = Field(48, ge=0, description="Sandbox jobs allowed to wait; beyond this, 429.")
+    sandbox_queue: int = Field(
+        64, ge=0, description="Sandbox jobs allowed to wait; beyond this, 429 (verl sends up to 64 at once)."
+    )
 
     # Result cache
     cache_size: int = Field(

@@ -1,0 +1,636 @@
+"""Warm-start mode for Python: one sandbox per submission holds a server that loaded the candidate once and
+forks per test, so a test costs about a millisecond instead of a fresh interpreter.
+
+The server (warm_server.py) runs inside a jail taken from the backend's warm slots (the same jail, cgroup and
+rlimits a job's command gets), as its pid namespace's init. Host and server talk over the jail's stdin and
+stdout in length-prefixed JSON frames: one request per test (stdin or a call with plain-data arguments, and
+the test's limits), one reply (stdout, stderr, exit status, CPU time, verdict, return value as plain data).
+
+What the host trusts. In `stdio` mode the server never runs candidate code (children do), so its replies are
+the sandbox's measurements. In `call` mode the candidate was imported into the server, so the server is
+candidate code too: the host checks every reply against its own measurements (the jail's cgroup: CPU time
+and OOM kills per test), keeps its own wall-clock limit per test, caps frame sizes, and kills and restarts the
+jail when the server misbehaves. A return value is only ever plain data decoded here; nothing the candidate
+says about itself (exit status, "passed") decides anything.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import resource
+import select
+import struct
+import threading
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel
+
+from proctor.sandboxes import warm_server
+from proctor.sandboxes.job import Backend, CommandResult, File, Job, Limits, Verdict
+from proctor.sandboxes.languages import BASE_ENV, CompileOutcome, get_language, resolve_backend
+
+log = logging.getLogger(__name__)
+
+SERVER_FILE = ".proctor_warm_server.py"
+PYTHON = "/usr/bin/python3"
+HEADER = struct.Struct(">I")
+MB = 1024 * 1024
+# Time allowed beyond a test's own wall-clock backstop before the host gives up on the server.
+GRACE_S = 2.0
+# CPU the server may spend per test on its own bookkeeping (fork, pipes, JSON) above the test's limit.
+SERVER_CPU_SLACK_S = 0.05
+# How long the server may take to read one request (it reads whole requests before running anything).
+SEND_TIMEOUT_S = 10.0
+LOAD_LIMITS = Limits(cpu_s=10.0, memory_mb=512)
+Mode = Literal["stdio", "call"]
+
+
+class CallResult(BaseModel):
+    """One call of a candidate function: how the process ended, and the return value as plain data."""
+
+    result: CommandResult
+    returned: bool = False
+    plain: bool = False
+    value: Any = None
+    not_plain: str = ""
+    args_after: list[Any] | None = None  # the positional arguments as the call left them (plain data only)
+
+
+class ScriptResult(BaseModel):
+    """One test script run against proxies: how the script ended, and the first call that failed."""
+
+    result: CommandResult
+    calls: int = 0
+    failed_name: str = ""
+    failed_call: CallResult | None = None
+
+    @property
+    def passed(self) -> bool:
+        """The script ended ok and every call into the candidate returned plain data."""
+        return self.result.verdict is Verdict.ok and self.failed_call is None
+
+
+CallHandler = Callable[[str, list[Any], dict[str, Any]], CallResult]
+
+
+def _relay(
+    request: dict[str, Any], on_call: CallHandler, calls: list[tuple[str, CallResult]]
+) -> dict[str, Any]:
+    """Answer a script's call into the candidate: the value as plain data, or why there is none."""
+    try:
+        name = str(request["call"])
+        args = warm_server.decode(request.get("args") or [])
+        kwargs = warm_server.decode(request.get("kwargs") or {"dict": []})
+        if not isinstance(args, list) or not isinstance(kwargs, dict):
+            raise TypeError("arguments must be a list and a dict")
+    except (KeyError, ValueError, TypeError, AttributeError, RecursionError) as exc:
+        raise _Protocol(f"a bad call from the script ({type(exc).__name__})") from None
+    outcome = on_call(name, args, {str(k): v for k, v in kwargs.items()})
+    calls.append((name, outcome))
+    if outcome.returned and outcome.plain:
+        return {"value": warm_server.encode(outcome.value)}
+    if outcome.returned:
+        return {"failed": f"returned a value that is not plain data ({outcome.not_plain})"}
+    return {"failed": f"{outcome.result.verdict.value}: {outcome.result.detail}"}
+
+
+class _Protocol(Exception):
+    """The server broke the protocol or died; the message says how."""
+
+
+class _Jail:
+    """A slot of the backend with the warm server running in it, and our ends of its pipes."""
+
+    def __init__(
+        self, backend: Backend, files: list[File], argv: list[str], env: dict[str, str], limits: Limits
+    ):
+        runner = getattr(backend, "runner", None)
+        if runner is None or not hasattr(runner, "slots"):
+            raise RuntimeError(f"backend {backend.name!r} has no warm slots for the warm-start mode")
+        self.slot = runner.slots.take()
+        self.workdir: Any = None
+        self.group = self.slot.group
+        self.limited: tuple[int, int] | None = None
+        self.buffer = bytearray()
+        self.side = bytearray()  # the server's stderr and nsjail's log, last bytes kept for diagnostics
+        try:
+            if self.slot.box is not None:  # nsjail: the slot's own directory is the jail's /box
+                from proctor.sandboxes.backends.nsjail import BOX, SANDBOX_ID
+
+                _write_files(self.slot.box, files, (SANDBOX_ID, SANDBOX_ID))
+                cwd, tmp = BOX, "/tmp"
+            else:  # local: a fresh host directory
+                from proctor.sandboxes.backends.runner import Workdir
+
+                self.workdir = Workdir.create(Job(files=files, commands=[{"argv": ["true"]}]))
+                cwd, tmp = str(self.workdir.box), str(self.workdir.tmp)
+            full_env = {"PATH": "/usr/bin:/bin", "HOME": cwd, "TMPDIR": tmp, **env}
+            self.set_limits(limits)
+            resource_limits = {
+                resource.RLIMIT_CPU: (3600, 3600),  # the server's own; each child gets the test's limit
+                resource.RLIMIT_FSIZE: (limits.file_size_mb * MB,) * 2,
+                resource.RLIMIT_NOFILE: (max(limits.open_files, 64),) * 2,
+                resource.RLIMIT_NPROC: (limits.processes + 2,) * 2,
+                resource.RLIMIT_CORE: (0, 0),
+                resource.RLIMIT_STACK: (limits.memory_mb * MB,) * 2,
+            }
+            for which, value in resource_limits.items():
+                resource.prlimit(self.slot.waiting_pid, which, value)
+            from proctor.sandboxes.backends.slots import script
+
+            self.slot.send(script(argv, full_env, cwd))
+        except BaseException:
+            self.close()
+            raise
+
+    def set_limits(self, limits: Limits) -> None:
+        """The jail's memory and process limits for the next test (cgroup; RLIMIT_DATA without one)."""
+        wanted = (limits.memory_mb, limits.processes)
+        if wanted == self.limited:
+            return
+        self.limited = wanted
+        if self.group is None:
+            # Never RLIMIT_AS (see languages.py); children inherit the server's limit when they fork.
+            memory = (limits.memory_mb * MB,) * 2
+            resource.prlimit(self.slot.waiting_pid, resource.RLIMIT_DATA, memory)
+            return
+        # The server and nsjail count as processes too.
+        self.group.set_limits(limits.memory_mb, limits.processes + 2)
+        oom_group = self.group.dirs.get("unified", Path("/nonexistent")) / "memory.oom.group"
+        if oom_group.exists():  # v2: an OOM kill takes the test's child only, not the server with it
+            with contextlib.suppress(OSError):
+                oom_group.write_text("0")
+
+    def cpu_s(self) -> float | None:
+        """CPU seconds used by the whole jail so far (None without cgroups)."""
+        return self.group.cpu_s() if self.group is not None else None
+
+    def oom_kills(self) -> int:
+        """OOM kills in the jail so far."""
+        return self.group.oom_kills() if self.group is not None else 0
+
+    def send(self, message: dict[str, Any], timeout_s: float = SEND_TIMEOUT_S) -> None:
+        """Write one frame to the server; _Protocol if it stops reading (a wedged server cannot hang us)."""
+        body = json.dumps(message, separators=(",", ":")).encode()
+        data = memoryview(HEADER.pack(len(body)) + body)
+        deadline = time.monotonic() + timeout_s
+        os.set_blocking(self.slot.stdin, False)
+        try:
+            while data:
+                try:
+                    data = data[os.write(self.slot.stdin, data) :]
+                except BlockingIOError:
+                    left = deadline - time.monotonic()
+                    if left <= 0 or not select.select([], [self.slot.stdin], [], left)[1]:
+                        raise _Protocol("the server stopped reading") from None
+        except OSError as exc:
+            raise _Protocol(f"the server stopped reading ({exc.strerror})") from None
+
+    def starved_s(self) -> float:
+        """Longest time a task of the jail has waited for a CPU (a loaded machine is not a slow program)."""
+        tasks = self.group.threads()[:32] if self.group is not None else [self.slot.waiting_pid]
+        longest = 0
+        for tid in tasks:
+            try:
+                with open(f"/proc/{tid}/schedstat") as handle:
+                    longest = max(longest, int(handle.read().split()[1]))
+            except (OSError, ValueError, IndexError):
+                continue
+        return longest / 1e9
+
+    def receive(
+        self, started: float, backstop_s: float, max_bytes: int, cpu_cap: float | None = None
+    ) -> dict[str, Any]:
+        """Read one frame, draining the side channels; _Protocol on EOF, a bad frame, the CPU cap, or the
+        wall clock: `backstop_s` after `started` not counting time spent waiting for a CPU, and five times
+        that at most."""
+        fds = [self.slot.stdout, self.slot.stderr] + ([self.slot.log] if self.slot.log is not None else [])
+        while True:
+            frame = self._frame(max_bytes)
+            if frame is not None:
+                return frame
+            elapsed = time.monotonic() - started
+            if elapsed > backstop_s and (elapsed > 5 * backstop_s or elapsed - self.starved_s() > backstop_s):
+                raise _Protocol("deadline")
+            if cpu_cap is not None and (self.cpu_s() or 0.0) > cpu_cap:
+                raise _Protocol("cpu")
+            ready, _, _ = select.select(fds, [], [], 0.05)
+            for fd in ready:
+                try:
+                    chunk = os.read(fd, 1 << 20)
+                except OSError:
+                    chunk = b""
+                if fd == self.slot.stdout:
+                    if not chunk:
+                        raise _Protocol("eof")
+                    self.buffer += chunk
+                elif chunk:
+                    self.side = (self.side + chunk)[-65536:]
+                else:
+                    fds.remove(fd)
+
+    def _frame(self, max_bytes: int) -> dict[str, Any] | None:
+        if len(self.buffer) < HEADER.size:
+            return None
+        (size,) = HEADER.unpack_from(self.buffer)
+        if size > max_bytes:
+            raise _Protocol(f"a reply of {size} bytes (more than {max_bytes})")
+        if len(self.buffer) < HEADER.size + size:
+            return None
+        body = bytes(self.buffer[HEADER.size : HEADER.size + size])
+        del self.buffer[: HEADER.size + size]
+        try:
+            message = json.loads(body)
+        except (ValueError, RecursionError):
+            raise _Protocol("a reply that is not JSON") from None
+        if not isinstance(message, dict):
+            raise _Protocol("a reply that is not a JSON object")
+        return message
+
+    def side_text(self) -> str:
+        """What the server and nsjail wrote on their side channels (last 64 KB)."""
+        return self.side.decode("utf-8", "replace")
+
+    def close(self) -> None:
+        """Kill the jail and remove its files."""
+        self.slot.discard()
+        if self.workdir is not None:
+            self.workdir.remove()
+
+
+def _write_files(box: Path, files: list[File], owner: tuple[int, int]) -> None:
+    for item in files:
+        target = box / item.path
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(item.data())
+        target.chmod(0o755 if item.executable else 0o644)
+        os.lchown(target, *owner)
+        for parent in target.relative_to(box).parents:
+            if str(parent) != ".":
+                os.lchown(box / parent, *owner)
+
+
+def _failure(
+    name: str, verdict: Verdict, detail: str, wall_s: float = 0.0, stderr: str = ""
+) -> CommandResult:
+    return CommandResult(name=name, verdict=verdict, detail=detail, wall_s=round(wall_s, 6), stderr=stderr)
+
+
+class WarmPython:
+    """A Python submission loaded once in its own sandbox; `run` (stdio mode) or `call` (call mode) per test.
+
+    `start()` loads the program and says whether it can be tested (a syntax error is `compile_error`; an
+    exception or exit while importing in call mode is `runtime_error`). Tests run one at a time (a lock
+    serialises callers). A test that kills or wedges the server is judged, and the next test gets a fresh
+    server. `close()` (or the context manager) kills the sandbox.
+    """
+
+    def __init__(
+        self,
+        source: str,
+        *,
+        mode: Mode = "stdio",
+        limits: Limits | None = None,
+        load_limits: Limits | None = None,
+        backend: Backend | str | None = None,
+        files: Sequence[File] = (),
+    ):
+        if mode not in ("stdio", "call"):
+            raise ValueError(f"mode must be 'stdio' or 'call', not {mode!r}")
+        self.source = source
+        self.mode = mode
+        self.limits = limits or Limits()
+        self.load_limits = load_limits or LOAD_LIMITS.model_copy(update={"memory_mb": self.limits.memory_mb})
+        self.backend = resolve_backend(backend)
+        self.extra_files = list(files)
+        self.starts = 0
+        self.tests = 0
+        self._jail: _Jail | None = None
+        self._outcome: CompileOutcome | None = None
+        self._lock = threading.Lock()
+        self._next_id = 0
+        self._trusted = False
+
+    def __enter__(self) -> WarmPython:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @property
+    def outcome(self) -> CompileOutcome | None:
+        """How the first load went, once `start` has run."""
+        return self._outcome
+
+    def close(self) -> None:
+        """Kill the sandbox (idempotent)."""
+        with self._lock:
+            self._stop()
+
+    def _stop(self) -> None:
+        if self._jail is not None:
+            jail, self._jail = self._jail, None
+            with contextlib.suppress(_Protocol, OSError):
+                jail.send({"op": "exit"})
+            jail.close()
+
+    def start(self) -> CompileOutcome:
+        """Load the program once (later calls return the first outcome)."""
+        with self._lock:
+            if self._outcome is None:
+                self._outcome = self._load()
+            return self._outcome
+
+    def _files(self) -> list[File]:
+        server = Path(warm_server.__file__).read_text()
+        return [
+            File(path="main.py", content=self.source),
+            File(path=SERVER_FILE, content=server),
+            *self.extra_files,
+        ]
+
+    def _load(self) -> CompileOutcome:
+        """Start a server; CompileOutcome says whether tests can run against it."""
+        self.starts += 1
+        limits = self.load_limits
+        env = {**BASE_ENV, **get_language("python").env(limits.memory_mb)}
+        argv = [PYTHON, "-I", SERVER_FILE, self.mode, "main.py"]
+        started = time.monotonic()
+        try:
+            jail = _Jail(self.backend, self._files(), argv, env, limits)
+        except Exception as exc:  # noqa: BLE001 - no jail is a machinery failure, reported as such
+            log.warning("warm sandbox could not start: %s", exc)
+            return CompileOutcome(status="sandbox_error", message=f"{type(exc).__name__}: {exc}")
+        oom_before = jail.oom_kills()
+        cpu_before = jail.cpu_s() or 0.0
+        cap = cpu_before + limits.cpu_s if jail.group is not None else None
+        try:
+            ready = jail.receive(started, limits.wall_backstop_s + GRACE_S, 1 << 20, cap)
+        except _Protocol as exc:
+            wall = time.monotonic() - started
+            side = jail.side_text()
+            oom = jail.oom_kills() > oom_before
+            jail.close()
+            if str(exc) == "cpu":
+                return CompileOutcome(
+                    status="time_limit", message=f"loading used more than {limits.cpu_s:g} s CPU"
+                )
+            if str(exc) == "deadline":
+                return CompileOutcome(status="time_limit", message=f"loading took more than {wall:.1f} s")
+            if oom:
+                return CompileOutcome(status="memory_limit", message=f"loading passed {limits.memory_mb} MB")
+            status = "runtime_error" if self.mode == "call" else "sandbox_error"
+            return CompileOutcome(
+                status=status, message=f"the program ended while loading ({exc}). {side}"[:4000]
+            )
+        error = ready.get("error")
+        if not ready.get("ready"):
+            jail.close()
+            kind = error.get("kind") if isinstance(error, dict) else None
+            message = str(error.get("message", "")) if isinstance(error, dict) else str(error)
+            status = kind if kind in ("compile_error", "runtime_error") else "runtime_error"
+            return CompileOutcome(status=status, message=message[:8000])
+        self._jail = jail
+        # Only a server that ran no candidate code and that the tests cannot signal (the pid namespace's
+        # init) is trusted: its death is then the machinery's failure, else the candidate's doing.
+        self._trusted = self.mode == "stdio" and ready.get("init") is True
+        return CompileOutcome(status="ok")
+
+    def _ensure(self) -> _Jail | CompileOutcome:
+        if self._outcome is None:
+            self._outcome = self._load()
+            if not self._outcome.ok:
+                return self._outcome
+        if not self._outcome.ok:
+            return self._outcome
+        if self._jail is None:
+            again = self._load()  # a previous test took the server down: a fresh one for this test
+            if not again.ok:
+                return again
+        assert self._jail is not None
+        return self._jail
+
+    def run(self, stdin: str = "", limits: Limits | None = None) -> CommandResult:
+        """Run the program as `__main__` on `stdin` (stdio mode); the result of a fresh `python3 main.py`."""
+        if self.mode != "stdio":
+            raise ValueError("run() needs mode='stdio'; use call() in call mode")
+        reply, result = self._request({"op": "run", "stdin": stdin}, limits or self.limits, "run")
+        return result
+
+    def call(
+        self,
+        name: str,
+        args: Sequence[Any] = (),
+        kwargs: dict[str, Any] | None = None,
+        *,
+        method_of: str | None = None,
+        stdin: str = "",
+        limits: Limits | None = None,
+    ) -> CallResult:
+        """Call `name(*args, **kwargs)` (a method of a fresh `method_of()` instance if given) in a child of the
+        loaded module; the value comes back as plain data or not at all (call mode)."""
+        if self.mode != "call":
+            raise ValueError("call() needs mode='call'; use run() in stdio mode")
+        request = {
+            "op": "call",
+            "name": name,
+            "method_of": method_of,
+            "args": warm_server.encode(list(args)),
+            "kwargs": warm_server.encode(dict(kwargs or {})),
+            "stdin": stdin,
+        }
+        reply, result = self._request(request, limits or self.limits, name)
+        outcome = CallResult(result=result)
+        if reply is None or not reply.get("returned"):
+            if result.verdict is Verdict.ok:
+                code = result.exit_code
+                result.verdict = Verdict.runtime_error
+                result.detail = f"the call ended without returning (exit status {code})"
+            return outcome
+        try:
+            message = json.loads(reply.get("result", ""))
+            if "value" in message:
+                outcome.value = warm_server.decode(message["value"])
+                outcome.plain = True
+            else:
+                outcome.not_plain = str(message.get("not_plain", "unknown"))[:200]
+        except (ValueError, TypeError, KeyError, AttributeError, RecursionError) as exc:
+            outcome.not_plain = f"undecodable value ({type(exc).__name__})"
+            outcome.plain = False
+            outcome.value = None
+        else:
+            with contextlib.suppress(ValueError, TypeError, KeyError, AttributeError, RecursionError):
+                after = warm_server.decode(message["args"]) if "args" in message else None
+                outcome.args_after = after if isinstance(after, list) else None
+        outcome.returned = True
+        return outcome
+
+    def run_script(
+        self,
+        script: str,
+        names: Sequence[str],
+        on_call: CallHandler,
+        *,
+        stdin: str = "",
+        limits: Limits | None = None,
+    ) -> ScriptResult:
+        """Run a test script (an assert script from the task, untrusted too) as `__main__` in a child, with
+        each of `names` a proxy: calling it sends the plain-data arguments out, `on_call(name, args, kwargs)`
+        answers (typically another WarmPython's `call`, the candidate's sandbox), and the proxy returns the
+        plain value or raises CandidateFailed. Needs stdio mode; the loaded program itself is not run.
+
+        The script's own CPU time and wall clock are limited by `limits`; time spent in calls is not its own.
+        """
+        if self.mode != "stdio":
+            raise ValueError("run_script() needs mode='stdio'")
+        calls: list[tuple[str, CallResult]] = []
+        request = {"op": "script", "script": script, "names": list(names), "stdin": stdin}
+        _, result = self._request(request, limits or self.limits, "script", on_call, calls)
+        failed = next(((n, c) for n, c in calls if not (c.returned and c.plain)), None)
+        return ScriptResult(
+            result=result,
+            calls=len(calls),
+            failed_name=failed[0] if failed else "",
+            failed_call=failed[1] if failed else None,
+        )
+
+    def _request(
+        self,
+        request: dict[str, Any],
+        limits: Limits,
+        name: str,
+        on_call: CallHandler | None = None,
+        calls: list[tuple[str, CallResult]] | None = None,
+    ) -> tuple[dict[str, Any] | None, CommandResult]:
+        with self._lock:
+            ready = self._ensure()
+            if isinstance(ready, CompileOutcome):
+                verdict = Verdict.sandbox_error if ready.status == "sandbox_error" else Verdict.runtime_error
+                return None, _failure(
+                    name, verdict, f"the program is not loaded: {ready.status}", stderr=ready.message
+                )
+            self.tests += 1
+            return self._exchange(ready, request, limits, name, on_call, calls)
+
+    def _exchange(
+        self,
+        jail: _Jail,
+        request: dict[str, Any],
+        limits: Limits,
+        name: str,
+        on_call: CallHandler | None = None,
+        calls: list[tuple[str, CallResult]] | None = None,
+    ) -> tuple[dict[str, Any] | None, CommandResult]:
+        self._next_id += 1
+        request.update(
+            id=self._next_id,
+            cpu_s=limits.cpu_s,
+            # A script waits for the candidate's calls: the host keeps its clock, paused during the calls.
+            wall_s=limits.wall_backstop_s if on_call is None else 1800.0,
+            output_bytes=limits.output_bytes,
+            stderr_bytes=limits.stderr_bytes,
+        )
+        try:
+            jail.set_limits(limits)
+        except OSError as exc:
+            return None, _failure(name, Verdict.sandbox_error, f"cannot set the sandbox's limits: {exc}")
+        oom_before = jail.oom_kills()
+        cpu_before = jail.cpu_s()
+        started = time.monotonic()
+        paused = 0.0
+        cap = None if cpu_before is None else cpu_before + limits.cpu_s * 1.5 + 0.5
+        max_bytes = 8 * (2 * limits.output_bytes + limits.stderr_bytes) + MB
+        try:
+            jail.send(request)
+            while True:
+                reply = jail.receive(started + paused, limits.wall_backstop_s + GRACE_S, max_bytes, cap)
+                if on_call is None or "call" not in reply:
+                    break
+                began = time.monotonic()
+                jail.send(_relay(reply, on_call, calls if calls is not None else []))
+                paused += time.monotonic() - began
+            if reply.get("id") != self._next_id:
+                raise _Protocol("a reply to another request")
+        except _Protocol as exc:
+            return None, self._lost(jail, exc, limits, name, started, oom_before, script=on_call is not None)
+        wall = time.monotonic() - started - paused
+        cpu_used = None if cpu_before is None else (jail.cpu_s() or 0.0) - cpu_before
+        return reply, self._judge(reply, limits, name, wall, cpu_used, jail.oom_kills() > oom_before)
+
+    def _lost(
+        self,
+        jail: _Jail,
+        exc: _Protocol,
+        limits: Limits,
+        name: str,
+        started: float,
+        oom_before: int,
+        script: bool = False,
+    ) -> CommandResult:
+        """The server died, wedged or lied about framing during a test: judge the test, drop the server."""
+        wall = time.monotonic() - started
+        oom = jail.oom_kills() > oom_before
+        side = jail.side_text()[-2000:]
+        self._jail = None
+        jail.close()
+        why = str(exc)
+        if oom:
+            return _failure(
+                name, Verdict.memory_limit, f"memory limit {limits.memory_mb} MB (OOM kill)", wall
+            )
+        if why == "cpu":
+            return _failure(
+                name, Verdict.time_limit, f"CPU time passed {limits.cpu_s:g} s (jail cgroup)", wall
+            )
+        if why == "deadline":
+            # Only a wedged server gets here: the server itself stops a test at its backstop.
+            verdict = Verdict.sandbox_error if self._trusted and not script else Verdict.time_limit
+            return _failure(name, verdict, f"the warm server did not answer within {wall:.1f} s", wall, side)
+        verdict = Verdict.sandbox_error if self._trusted else Verdict.runtime_error
+        return _failure(name, verdict, f"the warm server failed: {why}", wall, side)
+
+    def _judge(
+        self, reply: dict[str, Any], limits: Limits, name: str, wall: float, cpu_used: float | None, oom: bool
+    ) -> CommandResult:
+        """The test's result from the server's reply, checked against the jail's own counters."""
+        try:
+            verdict = Verdict(reply.get("verdict"))
+            result = CommandResult(
+                name=name,
+                verdict=verdict,
+                exit_code=reply.get("exit_code"),
+                signal=reply.get("signal"),
+                cpu_s=float(reply.get("cpu_s") or 0.0),
+                wall_s=float(reply.get("wall_s") or wall),
+                peak_memory_mb=reply.get("peak_memory_mb"),
+                stdout=str(reply.get("stdout", ""))[: limits.output_bytes],
+                stderr=str(reply.get("stderr", ""))[: limits.stderr_bytes],
+                stdout_truncated=bool(reply.get("stdout_truncated")),
+                stderr_truncated=bool(reply.get("stderr_truncated")),
+                detail=str(reply.get("detail", ""))[:2000],
+            )
+        except (ValueError, TypeError) as exc:
+            return _failure(
+                name, Verdict.sandbox_error, f"a malformed reply from the warm server: {exc}", wall
+            )
+        if cpu_used is not None:
+            # The server's own measure may not be trusted (call mode): the cgroup's is.
+            result.cpu_s = round(max(result.cpu_s, cpu_used - SERVER_CPU_SLACK_S), 6)
+        if result.verdict in (Verdict.ok, Verdict.runtime_error):
+            if oom:
+                result.verdict, result.detail = (
+                    Verdict.memory_limit,
+                    f"memory limit {limits.memory_mb} MB (OOM kill)",
+                )
+            elif result.cpu_s > limits.cpu_s:
+                result.verdict, result.detail = Verdict.time_limit, f"CPU time passed {limits.cpu_s:g} s"
+        elif result.verdict is Verdict.memory_limit and not oom and cpu_used is not None:
+            # The server guessed memory from an unexplained SIGKILL; with a cgroup that says no OOM, it was not.
+            result.verdict, result.detail = Verdict.runtime_error, "killed by SIGKILL"
+        return result

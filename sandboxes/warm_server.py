@@ -1,0 +1,593 @@
+"""The warm-start server, run inside the sandbox by /usr/bin/python3: load the candidate once, fork per test.
+
+Standalone on purpose (the sandbox has no Proctor package): it is copied into the job's working directory and
+started as `python3 -I warm_server.py MODE SOURCE`. It speaks length-prefixed JSON on its original stdin and
+stdout (4-byte big-endian length, then UTF-8 JSON); those fds are moved out of the way before any candidate
+code runs, and fds 0 and 1 then point at /dev/null and stderr, so stray prints cannot break a frame.
+
+Modes:
+- `stdio`: the source is compiled (parsed, not run) once and the standard modules it imports are imported
+  once; each test forks a child that runs the code as `__main__` with the test's stdin. The parent never
+  runs candidate code.
+- `call`: the source is imported once as module `solution` (in the parent); each test forks a child that
+  calls a named function (or a method of a fresh instance of a class) with arguments sent as plain data, and
+  sends the return value back as plain data. A value that is not plain data (say an object with a forged
+  `__eq__`, or an `int` subclass) is reported as such, never compared here.
+
+A `script` request (either mode; meant for a server loaded with an empty program) runs a test script as
+`__main__` in a child whose globals hold a proxy for each candidate name: a call writes a `{"call": name,
+"args", "kwargs"}` frame straight to the protocol and reads the host's `{"value"}` or `{"failed"}` answer, so
+the script (untrusted too) and the candidate live in separate sandboxes and meet only through plain data.
+
+Per test the parent measures the child's CPU time (whole tree where it can), enforces the CPU limit, the
+wall-clock backstop and the stdout cap, and after the test kills everything the child left behind: as the
+pid namespace's init (pid 1) it SIGKILLs every other process; otherwise it kills the child's session.
+"""
+
+import ast
+import atexit
+import base64
+import contextlib
+import fcntl
+import io
+import json
+import math
+import os
+import resource
+import select
+import signal
+import struct
+import sys
+import threading
+import time
+import traceback
+import types
+
+HEADER = struct.Struct(">I")
+MAX_REQUEST = 1 << 30
+TICK_S = 0.005
+IS_INIT = os.getpid() == 1
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+MAX_DEPTH = 200
+
+
+# -- plain data ----------------------------------------------------------------------------------------
+# JSON plus one-key tag objects for what JSON lacks; only exact built-in types are plain data.
+
+
+class NotPlain(Exception):
+    """A value that is not plain data (an instance of a user class, a subclass of a built-in type ...)."""
+
+
+def encode(value, depth=0):
+    """Plain data -> JSON-able; raises NotPlain naming the first offending type."""
+    if depth > MAX_DEPTH:
+        raise NotPlain(f"nesting deeper than {MAX_DEPTH}")
+    kind = type(value)
+    if value is None or kind is bool or kind is str:
+        return value
+    if kind is int:
+        return value if -(2**53) < value < 2**53 else {"int": hex(value)}
+    if kind is float:
+        return value if math.isfinite(value) else {"float": repr(value)}
+    if kind is list:
+        return [encode(item, depth + 1) for item in value]
+    if kind is tuple:
+        return {"tuple": [encode(item, depth + 1) for item in value]}
+    if kind is dict:
+        return {"dict": [[encode(k, depth + 1), encode(v, depth + 1)] for k, v in value.items()]}
+    if kind is set or kind is frozenset:
+        return {kind.__name__: [encode(item, depth + 1) for item in value]}
+    if kind is bytes:
+        return {"bytes": base64.b64encode(value).decode()}
+    if kind is complex:
+        return {"complex": [encode(value.real), encode(value.imag)]}
+    raise NotPlain(f"{getattr(kind, '__module__', '?')}.{getattr(kind, '__qualname__', '?')}")
+
+
+def decode(data):
+    """The inverse of encode (the host has its own copy; this one decodes test arguments)."""
+    if isinstance(data, list):
+        return [decode(item) for item in data]
+    if not isinstance(data, dict):
+        return data
+    ((tag, inner),) = data.items()
+    if tag == "int":
+        return int(inner, 16)
+    if tag == "float":
+        return float(inner)
+    if tag == "tuple":
+        return tuple(decode(item) for item in inner)
+    if tag == "dict":
+        return {decode(k): decode(v) for k, v in inner}
+    if tag == "set":
+        return {decode(item) for item in inner}
+    if tag == "frozenset":
+        return frozenset(decode(item) for item in inner)
+    if tag == "bytes":
+        return base64.b64decode(inner)
+    if tag == "complex":
+        return complex(decode(inner[0]), decode(inner[1]))
+    raise ValueError(f"unknown tag {tag!r}")
+
+
+# -- framing -------------------------------------------------------------------------------------------
+
+
+def read_exact(fd, n):
+    chunks = []
+    while n:
+        chunk = os.read(fd, min(n, 1 << 20))
+        if not chunk:
+            return None
+        chunks.append(chunk)
+        n -= len(chunk)
+    return b"".join(chunks)
+
+
+def read_frame(fd):
+    header = read_exact(fd, HEADER.size)
+    if header is None:
+        return None
+    (size,) = HEADER.unpack(header)
+    if size > MAX_REQUEST:
+        raise ValueError("request too large")
+    body = read_exact(fd, size)
+    return None if body is None else json.loads(body)
+
+
+def write_frame(fd, message):
+    body = json.dumps(message, separators=(",", ":")).encode()
+    data = memoryview(HEADER.pack(len(body)) + body)
+    while data:
+        data = data[os.write(fd, data) :]
+
+
+# -- one test in a child -------------------------------------------------------------------------------
+
+
+def fresh_stdio():
+    """New sys.stdin/stdout/stderr objects on fds 0, 1, 2 (the parent's may hold buffered bytes)."""
+    sys.stdin = sys.__stdin__ = io.TextIOWrapper(
+        io.BufferedReader(io.FileIO(0, "r", closefd=False)), encoding="utf-8"
+    )
+    sys.stdout = sys.__stdout__ = io.TextIOWrapper(
+        io.BufferedWriter(io.FileIO(1, "w", closefd=False)), encoding="utf-8"
+    )
+    sys.stderr = sys.__stderr__ = io.TextIOWrapper(
+        io.BufferedWriter(io.FileIO(2, "w", closefd=False)),
+        encoding="utf-8",
+        errors="backslashreplace",
+        line_buffering=True,
+    )
+
+
+def exit_status(exc):
+    """The status `python3 prog.py` would end with for a SystemExit."""
+    code = exc.code
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        return code & 0xFF
+    with contextlib.suppress(Exception):
+        print(code, file=sys.stderr)
+    return 1
+
+
+def format_error(exc):
+    """The traceback `python3 prog.py` would print, without the server's own frames."""
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_frame.f_code.co_filename == __file__:
+        tb = tb.tb_next
+    return "".join(traceback.format_exception(type(exc), exc, tb))
+
+
+def print_error(exc):
+    """Print the traceback on stderr, as the interpreter would."""
+    with contextlib.suppress(BaseException):
+        sys.stderr.write(format_error(exc))
+
+
+def finish(status):
+    """End the child the way an interpreter ends: non-daemon threads, atexit hooks, flushed streams."""
+    with contextlib.suppress(BaseException):
+        threading._shutdown()
+    with contextlib.suppress(BaseException):
+        atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(BaseException):
+            stream.flush()
+    os._exit(status)
+
+
+def child_stdio(state, request):
+    module = types.ModuleType("__main__")
+    module.__file__ = state["path"]
+    module.__builtins__ = __builtins__
+    sys.modules["__main__"] = module
+    sys.argv = [state["path"]]
+    sys.path.insert(0, state["dir"])
+    try:
+        exec(state["code"], module.__dict__)
+        status = 0
+    except SystemExit as exc:
+        status = exit_status(exc)
+    except BaseException as exc:
+        print_error(exc)
+        status = 1
+    finish(status)
+
+
+def child_call(state, request, result_fd):
+    status = 0
+    try:
+        target = state["module"]
+        if request.get("method_of"):
+            target = getattr(target, request["method_of"])()
+        function = getattr(target, request["name"])
+        args = decode(request.get("args") or [])
+        kwargs = decode(request.get("kwargs") or {"dict": []})
+        value = function(*args, **kwargs)
+        try:
+            message = {"value": encode(value)}
+        except NotPlain as exc:
+            message = {"not_plain": str(exc)}
+        except RecursionError:
+            message = {"not_plain": "nesting too deep"}
+        # The arguments as the call left them, for tasks judged on in-place changes (LeetCode's "modify nums").
+        with contextlib.suppress(NotPlain, RecursionError):
+            message["args"] = encode(list(args))
+        body = json.dumps(message, separators=(",", ":")).encode()
+        view = memoryview(body)
+        while view:
+            view = view[os.write(result_fd, view) :]
+    except SystemExit as exc:
+        status = exit_status(exc)
+    except BaseException as exc:
+        print_error(exc)
+        status = 1
+    finish(status)
+
+
+class CandidateFailed(Exception):
+    """Raised in a test script when a call into the candidate did not return plain data."""
+
+
+def child_script(request, proto_in, proto_out):
+    """Run a test script as `__main__`, with each candidate name a proxy that calls out through the host."""
+
+    def proxy(name):
+        def call(*args, **kwargs):
+            try:
+                message = {"call": name, "args": encode(list(args)), "kwargs": encode(dict(kwargs))}
+            except NotPlain as exc:
+                raise TypeError(f"{name}() can only be given plain data, not {exc}") from None
+            write_frame(proto_out, message)
+            reply = read_frame(proto_in)
+            if reply is None:
+                os._exit(112)
+            if "value" in reply:
+                return decode(reply["value"])
+            raise CandidateFailed(f"{name}(): {reply.get('failed', 'no value')}")
+
+        call.__name__ = call.__qualname__ = name
+        return call
+
+    module = types.ModuleType("__main__")
+    module.__file__ = "test.py"
+    module.__builtins__ = __builtins__
+    sys.modules["__main__"] = module
+    for name in request.get("names", []):
+        setattr(module, name, proxy(name))
+    module.CandidateFailed = CandidateFailed
+    try:
+        exec(compile(request.get("script", ""), "test.py", "exec", dont_inherit=True), module.__dict__)
+        status = 0
+    except SystemExit as exc:
+        status = exit_status(exc)
+    except BaseException as exc:
+        print_error(exc)
+        status = 1
+    finish(status)
+
+
+# -- the parent: run one test --------------------------------------------------------------------------
+
+
+def proc_cpu(pid):
+    """CPU seconds of one live process (all its threads) and of its reaped children, from /proc."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as handle:
+            fields = handle.read().rsplit(b")", 1)[1].split()
+    except (OSError, IndexError):
+        return 0.0
+    return sum(int(x) for x in fields[11:15]) / CLOCK_TICKS
+
+
+def waited_for_cpu(pid):
+    """Seconds the process spent runnable but not running (a loaded machine), from /proc schedstat."""
+    try:
+        with open(f"/proc/{pid}/schedstat", "rb") as handle:
+            return int(handle.read().split()[1]) / 1e9
+    except (OSError, IndexError, ValueError):
+        return 0.0
+
+
+def tree_cpu(child):
+    """CPU seconds of every process in the jail but this one (init), or of the child alone elsewhere."""
+    if not IS_INIT:
+        return proc_cpu(child)
+    total = 0.0
+    for name in os.listdir("/proc"):
+        if name.isdigit() and name != "1":
+            total += proc_cpu(int(name))
+    return total
+
+
+def reaped_cpu():
+    times = os.times()
+    return times.children_user + times.children_system
+
+
+def kill_leftovers(child):
+    """Kill whatever the test left running and reap it, so the next test starts alone."""
+    if IS_INIT:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(-1, signal.SIGKILL)
+        while True:
+            try:
+                os.waitpid(-1, 0)
+            except ChildProcessError:
+                break
+    else:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(child, signal.SIGKILL)
+
+
+def run_test(state, request):
+    cpu_limit = float(request.get("cpu_s", 2.0))
+    wall_limit = float(request.get("wall_s") or 2 * cpu_limit + 1)
+    out_cap = int(request.get("output_bytes", 16 << 20))
+    err_cap = int(request.get("stderr_bytes", 64 << 10))
+    call = request.get("op") == "call"
+    script = request.get("op") == "script"
+
+    stdin_fd = os.memfd_create("stdin")
+    data = memoryview(request.get("stdin", "").encode())
+    while data:
+        data = data[os.write(stdin_fd, data) :]
+    os.lseek(stdin_fd, 0, os.SEEK_SET)
+    out_r, out_w = os.pipe()
+    err_r, err_w = os.pipe()
+    res_r, res_w = os.pipe() if call else (None, None)
+    for stream in (sys.stdout, sys.stderr):
+        stream.flush()
+    reaped_before = reaped_cpu()
+    started = time.monotonic()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.setsid()
+            os.dup2(stdin_fd, 0)
+            os.dup2(out_w, 1)
+            os.dup2(err_w, 2)
+            # The fds the child keeps (the result pipe; the protocol for a script's proxies) go to 3, 4.
+            keep = [res_w] if call else list(state["proto"]) if script else []
+            high = [fcntl.fcntl(fd, fcntl.F_DUPFD, 100) for fd in keep]
+            for number, fd in enumerate(high, start=3):
+                os.dup2(fd, number)
+            os.closerange(3 + len(high), 65536)
+            seconds = max(1, math.ceil(cpu_limit)) + 1
+            resource.setrlimit(resource.RLIMIT_CPU, (seconds, seconds))
+            try:
+                with open("/proc/self/oom_score_adj", "w") as handle:
+                    handle.write("1000")
+            except OSError:
+                pass
+            signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+            fresh_stdio()
+            if call:
+                child_call(state, request, 3)
+            elif script:
+                child_script(request, 3, 4)
+            else:
+                child_stdio(state, request)
+        finally:
+            os._exit(111)
+    for fd in (stdin_fd, out_w, err_w, res_w):
+        if fd is not None:
+            os.close(fd)
+    pidfd = os.pidfd_open(pid)
+    streams = {out_r: [bytearray(), 0, out_cap], err_r: [bytearray(), 0, err_cap]}
+    if call:
+        streams[res_r] = [bytearray(), 0, out_cap]
+    open_fds = set(streams)
+    poller = select.poll()
+    for fd in open_fds:
+        poller.register(fd, select.POLLIN)
+    poller.register(pidfd, select.POLLIN)
+    verdict, detail, killed = None, "", False
+    exited = False
+    peak_cpu = 0.0
+
+    def drain(fd):
+        try:
+            chunk = os.read(fd, 65536)
+        except BlockingIOError:
+            return True
+        if not chunk:
+            return False
+        entry = streams[fd]
+        room = entry[2] - len(entry[0])
+        if room > 0:
+            entry[0] += chunk[:room]
+        entry[1] += len(chunk)
+        return True
+
+    while not exited:
+        events = poller.poll(TICK_S * 1000)
+        for fd, _ in events:
+            if fd == pidfd:
+                exited = True
+            elif fd in open_fds and not drain(fd):
+                poller.unregister(fd)
+                open_fds.discard(fd)
+        if verdict is None and streams[out_r][1] > out_cap:
+            verdict, detail = "output_limit", f"stdout passed {out_cap} bytes"
+        if call and verdict is None and streams[res_r][1] > out_cap:
+            verdict, detail = "output_limit", f"return value passed {out_cap} bytes"
+        elapsed = time.monotonic() - started
+        if verdict is None and elapsed > TICK_S:
+            peak_cpu = max(peak_cpu, tree_cpu(pid) + reaped_cpu() - reaped_before)
+            if peak_cpu > cpu_limit:
+                verdict, detail = "time_limit", f"cpu {peak_cpu:.3f} s > {cpu_limit:.3f} s"
+            elif elapsed > wall_limit and elapsed - waited_for_cpu(pid) > wall_limit:
+                verdict, detail = (
+                    "time_limit",
+                    f"wall-clock backstop {wall_limit:.1f} s (sleeping or blocked)",
+                )
+            elif elapsed > 5 * wall_limit + 5:
+                verdict, detail = "time_limit", f"wall-clock hard cap {5 * wall_limit + 5:.1f} s"
+        if verdict is not None and not killed:
+            killed = True
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(pid, signal.SIGKILL)
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+    _, status, usage = os.wait4(pid, 0)
+    wall = time.monotonic() - started
+    kill_leftovers(pid)
+    # Take what is in the pipes. A survivor (only outside a pid namespace) may hold them open and keep
+    # writing: read a bounded amount, never until EOF.
+    for fd in list(open_fds):
+        os.set_blocking(fd, False)
+        for _ in range(64):
+            if not drain(fd) or not select.select([fd], [], [], 0)[0]:
+                break
+    os.close(pidfd)
+    for fd in streams:
+        os.close(fd)
+    cpu = max(peak_cpu, usage.ru_utime + usage.ru_stime, reaped_cpu() - reaped_before)
+    exit_code = os.WEXITSTATUS(status) if os.WIFEXITED(status) else None
+    sig = os.WTERMSIG(status) if os.WIFSIGNALED(status) else None
+    if verdict is None:
+        if cpu > cpu_limit or sig == signal.SIGXCPU:
+            verdict, detail = "time_limit", f"cpu {cpu:.3f} s > {cpu_limit:.3f} s"
+        elif sig == signal.SIGKILL:
+            # Nothing here sent it: inside the jail only the cgroup's OOM killer does.
+            verdict, detail = "memory_limit", "killed by SIGKILL (memory limit)"
+        elif sig is not None:
+            verdict, detail = "runtime_error", f"killed by signal {sig}"
+        elif exit_code != 0:
+            verdict, detail = "runtime_error", f"exit status {exit_code}"
+        else:
+            verdict = "ok"
+    out, err = streams[out_r], streams[err_r]
+    reply = {
+        "verdict": verdict,
+        "detail": detail,
+        "exit_code": exit_code,
+        "signal": sig,
+        "cpu_s": round(cpu, 6),
+        "wall_s": round(wall, 6),
+        "peak_memory_mb": round(usage.ru_maxrss / 1024, 3),
+        "stdout": out[0].decode("utf-8", "replace"),
+        "stdout_truncated": out[1] > out_cap,
+        "stderr": err[0].decode("utf-8", "replace"),
+        "stderr_truncated": err[1] > err_cap,
+    }
+    if call:
+        raw = bytes(streams[res_r][0])
+        reply["returned"] = bool(raw) and streams[res_r][1] <= out_cap
+        reply["result"] = raw.decode("utf-8", "replace") if reply["returned"] else ""
+    return reply
+
+
+# -- startup -------------------------------------------------------------------------------------------
+
+
+def preimport(tree):
+    """Import, in the parent, the standard modules the program imports (trusted code), so children skip it."""
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names.add(node.module)
+    stdlib = getattr(sys, "stdlib_module_names", ())
+    for name in sorted(names):
+        if name.split(".")[0] in stdlib:
+            with contextlib.suppress(BaseException):
+                __import__(name)
+
+
+def load(mode, path):
+    """Prepare the candidate: compile it (stdio) or import it (call). Returns (state, error or None)."""
+    directory = os.path.dirname(os.path.abspath(path))
+    state = {"path": path, "dir": directory}
+    with open(path, "rb") as handle:
+        source = handle.read()
+    try:
+        tree = ast.parse(source, path)
+        state["code"] = compile(tree, path, "exec", dont_inherit=True)
+    except (SyntaxError, ValueError) as exc:
+        return state, {"kind": "compile_error", "message": "".join(traceback.format_exception_only(exc))}
+    if mode == "stdio":
+        preimport(tree)
+        return state, None
+    module = types.ModuleType("solution")
+    module.__file__ = path
+    sys.modules["solution"] = module
+    sys.path.insert(0, directory)
+    try:
+        exec(state["code"], module.__dict__)
+    except SystemExit as exc:
+        return state, {"kind": "runtime_error", "message": f"exited while loading (status {exc.code})"}
+    except BaseException as exc:
+        return state, {"kind": "runtime_error", "message": format_error(exc)}
+    state["module"] = module
+    return state, None
+
+
+def main():
+    mode, path = sys.argv[1], sys.argv[2]
+    # Keep the protocol on private fds; fd 0 reads nothing and fd 1 goes to stderr from here on.
+    proto_in = os.dup(0)
+    proto_out = os.dup(1)
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)
+    os.close(null)
+    os.dup2(2, 1)
+    signal.signal(signal.SIGPIPE, signal.SIG_IGN)
+    started = time.monotonic()
+    cpu_before = time.process_time()
+    state, error = load(mode, path)
+    state["proto"] = (proto_in, proto_out)
+    sys.stdout.flush()
+    write_frame(
+        proto_out,
+        {
+            "ready": error is None,
+            "error": error,
+            "pid": os.getpid(),
+            "init": IS_INIT,
+            "load_s": round(time.monotonic() - started, 6),
+            "load_cpu_s": round(time.process_time() - cpu_before, 6),
+        },
+    )
+    if error is not None:
+        return
+    while True:
+        request = read_frame(proto_in)
+        if request is None or request.get("op") == "exit":
+            return
+        try:
+            reply = run_test(state, request)
+        except Exception:
+            reply = {"verdict": "sandbox_error", "detail": traceback.format_exc()[-2000:]}
+        reply["id"] = request.get("id")
+        write_frame(proto_out, reply)
+
+
+if __name__ == "__main__":
+    main()
