@@ -20,9 +20,9 @@ from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import docker
 import pytest
 
-import docker
 from proctor.sandboxes.backends.docker import CGROUP_PARENT, CGROUP_ROOT, DockerBackend
 from proctor.sandboxes.job import Command, File, Job, Limits, Result, Verdict
 

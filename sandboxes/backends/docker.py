@@ -52,10 +52,9 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+import docker
 import docker.errors
 import requests
-
-import docker
 
 from ..cgroups import JobCgroup
 from ..job import Command, CommandResult, Job, Limits, Result, Verdict
