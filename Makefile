@@ -46,6 +46,7 @@ format: setup
 bench: setup
 	$(BIN)/python bench/service.py
 	$(BIN)/python bench/math_verifier.py
+	$(BIN)/python bench/sandbox.py
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info .pytest_cache .ruff_cache
