@@ -32,6 +32,7 @@ from typing import Any, Literal
 from pydantic import BaseModel
 
 from proctor.sandboxes import warm_server
+from proctor.sandboxes.backends.runner import longest_cpu_wait_s
 from proctor.sandboxes.job import Backend, CommandResult, File, Job, Limits, Verdict
 from proctor.sandboxes.languages import BASE_ENV, CompileOutcome, get_language, resolve_backend
 
@@ -194,15 +195,9 @@ class _Jail:
 
     def starved_s(self) -> float:
         """Longest time a task of the jail has waited for a CPU (a loaded machine is not a slow program)."""
-        tasks = self.group.threads()[:32] if self.group is not None else [self.slot.waiting_pid]
-        longest = 0
-        for tid in tasks:
-            try:
-                with open(f"/proc/{tid}/schedstat") as handle:
-                    longest = max(longest, int(handle.read().split()[1]))
-            except (OSError, ValueError, IndexError):
-                continue
-        return longest / 1e9
+        return longest_cpu_wait_s(
+            self.group.threads()[:32] if self.group is not None else [self.slot.waiting_pid]
+        )
 
     def receive(
         self, started: float, backstop_s: float, max_bytes: int, cpu_cap: float | None = None
