@@ -33,7 +33,9 @@ def cap_memory(memory_mb: int) -> None:
 
     limit = memory_mb * 1024 * 1024
     with contextlib.suppress(ValueError, OSError):
-        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+        # The soft limit only: a verifier that runs sandboxes (code) starts nsjail from here, and nsjail lifts
+        # RLIMIT_AS for the jailed program (the JVM, Go and Node need that); a hard cap would make it fail.
+        resource.setrlimit(resource.RLIMIT_AS, (limit, resource.getrlimit(resource.RLIMIT_AS)[1]))
 
 
 def serve(conn: Connection) -> None:

@@ -1,0 +1,3 @@
+"""The `code` verifier family: importing this package registers `code`."""
+
+from proctor.verifiers.code import verifier  # noqa: F401

@@ -1,0 +1,777 @@
+"""The `code` verifier: run a model-written program against the task's tests in sandboxes and judge it here.
+
+Pipeline: extract the program (extract.py), compile it once (`Submission`, or a warm `WarmPython` for the call
+and assert-script formats), run every test in the sandbox, and judge each test in this process from plain
+data: captured stdout compared by a named preset (compare.py) or by a special-judge checker that runs in a
+sandbox of its own; call-format return values decoded as plain data and compared here; an assert script run
+in a second sandbox whose candidate names are proxies into the candidate's sandbox. The exit status of a
+program never decides a pass; a value that is not plain data (a forged `__eq__`, an `int` subclass) is a
+wrong answer.
+
+Formats: `stdio` (all seven languages), `call` and `assert_script` (Python only; other languages are a 422
+naming `reference.language`).
+
+Time limit per test is CPU time: `limits.cpu_s` (default 2 s), or, when a `reference_solution` is given,
+`time_multiple` x its largest CPU time over the tests, never below `time_floor_s` nor above MAX_CPU_S (one
+limit for every test; the calibration is cached per process, so a GRPO group pays for it once).
+
+Verdicts: reward 1 when every test passes (`all_pass`, default) or the fraction passed (`fraction`); reason
+of the first failing test: wrong_answer, compile_error, runtime_error, time_limit, memory_limit, output_limit;
+no_code when the response holds no program. A sandbox failure is status sandbox_error, a checker or reference
+solution that fails is verifier_error: never a reward of 0.
+
+Runs in the worker pool (execution="pool"); the default deadline is 60 s: compiling (a few seconds) plus, with
+stop_on_first_failure, the passing tests and one failing one. Under `fraction`, after MAX_TIME_LIMITS tests
+end in time_limit the remaining tests are not run and count as time_limit, which keeps a program that loops on
+every test within the deadline (a deterministic rule, unlike a wall-clock budget).
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import json
+import threading
+import time
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, ValidationInfo, field_validator
+
+from proctor.contract import Status, Verdict
+from proctor.registry import BaseOptions, Example, VerifierSpec, register_verifier
+from proctor.sandboxes.job import CommandResult, Limits
+from proctor.sandboxes.job import Verdict as RunVerdict
+from proctor.sandboxes.languages import NotCompiled, Submission, get_language, resolve_backend
+from proctor.sandboxes.warm import CallResult, WarmPython
+from proctor.verifiers.code.compare import COMPARATORS, CompareName, compare_output, compare_values
+from proctor.verifiers.code.extract import extract_code
+
+VERSION = "1.0.0"
+LANGUAGE_NAMES = ("python", "c", "cpp", "java", "javascript", "go", "rust")
+DEFAULT_CPU_S = 2.0
+DEFAULT_MEMORY_MB = 1024
+MAX_CPU_S = 20.0
+MAX_TIME_LIMITS = 3
+MAX_CASES = 10_000
+MAX_DETAILS = 100
+MIB = 1024 * 1024
+UNCAPPED_OUTPUT = 16 * MIB
+CHECKER_LIMITS = Limits(cpu_s=10.0, memory_mb=1024)
+SCRIPT_LIMITS = Limits(cpu_s=10.0, memory_mb=1024)
+CALIBRATION_CACHE = 256
+PYTHON_ONLY = ("call", "assert_script")
+FAILED_VERDICTS = ("runtime_error", "time_limit", "memory_limit", "output_limit")
+
+Identifier = Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$", max_length=200)]
+
+
+def _parses(source: str, what: str) -> ast.Module:
+    """Parse Python source without running it; a ValueError (a 422) when it is not valid Python."""
+    try:
+        return ast.parse(source)
+    except (SyntaxError, ValueError, RecursionError, MemoryError) as exc:
+        raise ValueError(f"the {what} is not valid Python: {type(exc).__name__}: {exc}") from None
+
+
+class StdioCase(BaseModel):
+    """One stdin and its expected stdout."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    stdin: str = Field("", description="Standard input.")
+    stdout: str = Field(description="Expected standard output ('' is fine when a checker judges).")
+
+
+class StdioTests(BaseModel):
+    """Programs read stdin and write stdout; the output is compared by a preset or judged by a checker."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    format: Literal["stdio"]
+    cases: list[StdioCase] = Field(min_length=1, max_length=MAX_CASES)
+    compare: CompareName = Field(
+        "tokens",
+        description="tokens@1 (default): whitespace tokens; lines@1: lines less trailing spaces; exact@1: "
+        "the exact text; float@1: tokens, numbers within the `tolerance` option.",
+    )
+    checker: str | None = Field(
+        None,
+        description="A special judge: Python source defining check(input, output, expected) -> bool; it runs in "
+        "a sandbox of its own and replaces the comparator.",
+    )
+
+    @field_validator("checker")
+    @classmethod
+    def _checker_defines_check(cls, value: str | None) -> str | None:
+        if value is None:
+            return value
+        tree = _parses(value, "checker")
+        if not any(isinstance(node, ast.FunctionDef) and node.name == "check" for node in tree.body):
+            raise ValueError("the checker must define a top-level function check(input, output, expected)")
+        return value
+
+
+class CallCase(BaseModel):
+    """One call: positional (and keyword) arguments as JSON, and the expected return value."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    args: list[Any] = Field(default_factory=list)
+    kwargs: dict[str, Any] = Field(default_factory=dict)
+    expected: Any = Field(description="The expected return value (JSON).")
+
+
+class CallTests(BaseModel):
+    """The program defines a function (or a class's method, LeetCode style); each case calls it once."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    format: Literal["call"]
+    entry_point: Identifier
+    method_of: Identifier | None = Field(
+        None, description="Call entry_point on a fresh instance of this class."
+    )
+    cases: list[CallCase] = Field(min_length=1, max_length=MAX_CASES)
+
+
+class AssertScriptTests(BaseModel):
+    """A HumanEval/MBPP test script that calls the candidate and asserts (a `check(candidate)` it defines and
+    never calls is called with the entry point)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    format: Literal["assert_script"]
+    entry_point: Identifier
+    script: str = Field(min_length=1, max_length=10 * MIB)
+
+    @field_validator("script")
+    @classmethod
+    def _script_parses(cls, value: str) -> str:
+        _parses(value, "script")
+        return value
+
+
+def _format_of(value: Any) -> str | None:
+    raw = value.get("format") if isinstance(value, dict) else getattr(value, "format", None)
+    return {"stdio": "StdioTests", "call": "CallTests", "assert_script": "AssertScriptTests"}.get(raw)
+
+
+# Tagged with the model names, which the contract's error reporting drops from field paths.
+Tests = Annotated[
+    Annotated[StdioTests, Tag("StdioTests")]
+    | Annotated[CallTests, Tag("CallTests")]
+    | Annotated[AssertScriptTests, Tag("AssertScriptTests")],
+    Discriminator(
+        _format_of,
+        custom_error_type="format",
+        custom_error_message="tests.format must be 'stdio', 'call' or 'assert_script'",
+    ),
+]
+
+
+class CodeLimits(BaseModel):
+    """Per-test limits: CPU seconds and memory."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    cpu_s: float | None = Field(
+        None, gt=0, le=MAX_CPU_S, description=f"CPU seconds per test ({DEFAULT_CPU_S})."
+    )
+    memory_mb: int | None = Field(None, ge=32, le=8192, description=f"Memory per test ({DEFAULT_MEMORY_MB}).")
+
+
+class CodeReference(BaseModel):
+    """The task: its language, its tests, optional limits and a reference solution to calibrate the time limit."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    # `tests` comes first so the `language` validator can see the format.
+    tests: Tests
+    language: str = Field(description=f"One of {', '.join(LANGUAGE_NAMES)} (or an alias: py, c++, js ...).")
+    limits: CodeLimits | None = None
+    reference_solution: str | None = Field(
+        None,
+        min_length=1,
+        description="A correct program; the time limit becomes a multiple of its CPU time.",
+    )
+
+    @field_validator("language")
+    @classmethod
+    def _known_language(cls, value: str, info: ValidationInfo) -> str:
+        try:
+            name = get_language(value).name
+        except KeyError as exc:
+            raise ValueError(str(exc.args[0])) from None
+        tests = info.data.get("tests")
+        if tests is not None and tests.format in PYTHON_ONLY and name != "python":
+            raise ValueError(f"the {tests.format} format is Python-only; use stdio tests for {name}")
+        return name
+
+
+class CodeOptions(BaseOptions):
+    """How tests add up to a reward, and the comparator's tolerance."""
+
+    reward: Literal["all_pass", "fraction"] = Field(
+        "all_pass", description="all_pass: 1 only when every test passes; fraction: the fraction passed."
+    )
+    stop_on_first_failure: bool | None = Field(
+        None,
+        description="Stop at the first failing test (default: true under all_pass, false under fraction).",
+    )
+    tolerance: float | None = Field(
+        None,
+        ge=0,
+        lt=1,
+        description="Numeric tolerance (absolute or relative): the float comparator's (default 1e-6), and for "
+        "call-format floats (compared exactly unless set).",
+    )
+    time_multiple: float = Field(
+        4.0,
+        ge=1,
+        le=100,
+        description="With a reference solution: the CPU limit is this multiple of its time.",
+    )
+    time_floor_s: float = Field(
+        1.0, gt=0, le=MAX_CPU_S, description="With a reference solution: the CPU limit is never below this."
+    )
+
+
+class SandboxFailure(Exception):
+    """The machinery failed (a sandbox_error): the score carries that status, never a reward."""
+
+
+class CheckerFailure(Exception):
+    """The task's own checker or reference solution failed: a verifier_error."""
+
+
+@dataclass
+class TestResult:
+    """One test as judged here."""
+
+    verdict: str  # passed, wrong_answer, runtime_error, time_limit, memory_limit, output_limit
+    cpu_s: float = 0.0
+    wall_s: float = 0.0
+    diff: str = ""
+
+    @property
+    def passed(self) -> bool:
+        """Whether the test passed."""
+        return self.verdict == "passed"
+
+    def public(self, index: int) -> dict[str, Any]:
+        """The per-test detail reported in the score."""
+        item: dict[str, Any] = {"test": index, "verdict": self.verdict, "cpu_s": round(self.cpu_s, 4)}
+        item["wall_s"] = round(self.wall_s, 4)
+        if self.diff:
+            item["diff"] = self.diff[:300]
+        return item
+
+
+@dataclass
+class Outcome:
+    """Everything a format's runner reports back."""
+
+    compiled: bool
+    results: list[TestResult] = field(default_factory=list)
+    total: int = 0
+    load_failure: str | None = None  # compile_error or a failure while loading (every test fails with it)
+    message: str = ""
+
+
+def _from_command(result: CommandResult) -> TestResult | None:
+    """A failed test from how the program ended (None when it ended ok); sandbox errors raise."""
+    if result.verdict is RunVerdict.sandbox_error:
+        raise SandboxFailure(result.detail or "sandbox_error")
+    if result.verdict is RunVerdict.ok and not result.stdout_truncated:
+        return None
+    verdict = "output_limit" if result.stdout_truncated else result.verdict.value
+    detail = result.detail or ""
+    if result.stderr:
+        detail = f"{detail}; stderr: {result.stderr.strip()[-200:]}"
+    return TestResult(verdict, result.cpu_s, result.wall_s, detail)
+
+
+class Judge:
+    """Runs one program against one reference's tests under given limits."""
+
+    def __init__(self, reference: CodeReference, options: CodeOptions, limits: Limits, stop: bool):
+        self.reference = reference
+        self.options = options
+        self.limits = limits
+        self.stop = stop
+        self.fraction = options.reward == "fraction"
+        self.backend = resolve_backend(None)
+
+    def _stop_after(self, results: list[TestResult]) -> bool:
+        if not results or results[-1].passed:
+            return False
+        if self.stop:
+            return True
+        return sum(r.verdict == "time_limit" for r in results) >= MAX_TIME_LIMITS
+
+    def run(self, code: str) -> Outcome:
+        """Compile or load the program once and run every test."""
+        tests = self.reference.tests
+        if isinstance(tests, StdioTests):
+            return self._stdio(code, tests)
+        if isinstance(tests, CallTests):
+            return self._call(code, tests)
+        return self._script(code, tests)
+
+    # -- stdio ---------------------------------------------------------------------------------------
+
+    def _stdio(self, code: str, tests: StdioTests) -> Outcome:
+        run = Outcome(compiled=False, total=len(tests.cases))
+        checker = Checker(tests.checker, self.backend) if tests.checker else None
+        try:
+            with Submission(
+                self.reference.language, code, limits=self.limits, backend=self.backend
+            ) as program:
+                outcome = program.compile()
+                if outcome.status == "sandbox_error":
+                    raise SandboxFailure(outcome.message)
+                if outcome.status == "compile_error":
+                    run.load_failure, run.message = "compile_error", outcome.message[-2000:]
+                    return run
+                run.compiled = True
+                if not outcome.ok:  # warm Python that failed while loading
+                    run.load_failure, run.message = outcome.status, outcome.message[-2000:]
+                    return run
+                # Cold languages batch tests into one job, which stops at a failing test; the next batch
+                # starts after it (under fraction) so a run of failures never costs a whole batch at once.
+                batch = 1 if program.warm else 25
+                index = 0
+                while index < len(tests.cases):
+                    cases = tests.cases[index : index + batch]
+                    outputs = program.run_many([c.stdin for c in cases], self.limits, stop_on_failure=True)
+                    if not outputs:
+                        raise SandboxFailure("the sandbox ran no test")
+                    for case, result in zip(cases, outputs, strict=False):
+                        run.results.append(self._judge_stdio(case, result, tests, checker))
+                        if self._stop_after(run.results):
+                            return run
+                    index += len(outputs)
+        except NotCompiled as exc:
+            raise SandboxFailure(str(exc)) from None
+        finally:
+            if checker is not None:
+                checker.close()
+        return run
+
+    def _judge_stdio(
+        self, case: StdioCase, result: CommandResult, tests: StdioTests, checker: Checker | None
+    ) -> TestResult:
+        failed = _from_command(result)
+        if failed is not None:
+            return failed
+        if checker is not None:
+            accepted, diff = checker.check(case.stdin, result.stdout, case.stdout)
+        else:
+            diff = compare_output(tests.compare, result.stdout, case.stdout, self.options.tolerance)
+            accepted = diff is None
+        return TestResult("passed" if accepted else "wrong_answer", result.cpu_s, result.wall_s, diff or "")
+
+    # -- call ----------------------------------------------------------------------------------------
+
+    def _load(self, code: str, run: Outcome) -> WarmPython | None:
+        program = WarmPython(code, mode="call", limits=self.limits, backend=self.backend)
+        outcome = program.start()
+        if outcome.status == "sandbox_error":
+            program.close()
+            raise SandboxFailure(outcome.message)
+        run.compiled = outcome.status != "compile_error"
+        if not outcome.ok:
+            program.close()
+            run.load_failure, run.message = outcome.status, outcome.message[-2000:]
+            return None
+        return program
+
+    def _call(self, code: str, tests: CallTests) -> Outcome:
+        run = Outcome(compiled=False, total=len(tests.cases))
+        program = self._load(code, run)
+        if program is None:
+            return run
+        with program:
+            for case in tests.cases:
+                called = program.call(
+                    tests.entry_point, case.args, case.kwargs, method_of=tests.method_of, limits=self.limits
+                )
+                run.results.append(self._judge_call(called, case.expected))
+                if self._stop_after(run.results):
+                    break
+        return run
+
+    def _judge_call(self, called: CallResult, expected: Any) -> TestResult:
+        result = called.result
+        failed = _from_command(result)
+        if failed is not None:
+            return failed
+        if not called.returned:
+            return TestResult("runtime_error", result.cpu_s, result.wall_s, result.detail)
+        if not called.plain:
+            diff = f"returned a value that is not plain data ({called.not_plain})"
+            return TestResult("wrong_answer", result.cpu_s, result.wall_s, diff)
+        diff = compare_values(called.value, expected, self.options.tolerance)
+        return TestResult(
+            "passed" if diff is None else "wrong_answer", result.cpu_s, result.wall_s, diff or ""
+        )
+
+    # -- assert script -------------------------------------------------------------------------------
+
+    def _script(self, code: str, tests: AssertScriptTests) -> Outcome:
+        run = Outcome(compiled=False, total=1)
+        program = self._load(code, run)
+        if program is None:
+            return run
+        names = candidate_names(code)
+        script = with_check_call(tests.script, tests.entry_point)
+        cpu = [0.0]
+
+        def on_call(name: str, args: list[Any], kwargs: dict[str, Any]) -> CallResult:
+            called = program.call(name, args, kwargs, limits=self.limits)
+            cpu[0] += called.result.cpu_s
+            return called
+
+        with program, WarmPython("", mode="stdio", limits=SCRIPT_LIMITS, backend=self.backend) as tester:
+            if not tester.start().ok:
+                raise SandboxFailure("the test script's sandbox did not start")
+            outcome = tester.run_script(script, names, on_call, limits=SCRIPT_LIMITS)
+        result = outcome.result
+        if outcome.failed_call is not None:
+            called = outcome.failed_call
+            judged = self._judge_call(called, None)
+            judged.diff = f"{outcome.failed_name}(): {judged.diff}"
+            judged.cpu_s = cpu[0]
+            run.results.append(judged)
+            return run
+        if result.verdict is RunVerdict.sandbox_error:
+            raise SandboxFailure(result.detail or "the test script's sandbox failed")
+        if result.verdict is RunVerdict.ok:
+            run.results.append(TestResult("passed", cpu[0], result.wall_s))
+        elif result.verdict is RunVerdict.runtime_error:  # an assertion failed (or the script raised)
+            lines = [line for line in result.stderr.strip().splitlines() if line.strip()]
+            run.results.append(TestResult("wrong_answer", cpu[0], result.wall_s, lines[-1] if lines else ""))
+        else:
+            run.results.append(
+                TestResult(result.verdict.value, cpu[0], result.wall_s, f"test script: {result.detail}")
+            )
+        return run
+
+
+def candidate_names(code: str) -> list[str]:
+    """The candidate's top-level functions and classes (each becomes a proxy in the test script's sandbox)."""
+    try:
+        tree = ast.parse(code)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return []
+    kinds = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
+    return list(dict.fromkeys(node.name for node in tree.body if isinstance(node, kinds)))
+
+
+def with_check_call(script: str, entry_point: str) -> str:
+    """HumanEval scripts define check(candidate) without calling it: add the call `check(entry_point)`."""
+    tree = ast.parse(script)
+    defines = any(isinstance(node, ast.FunctionDef) and node.name == "check" for node in tree.body)
+    calls = any(
+        isinstance(node, ast.Expr)
+        and isinstance(node.value, ast.Call)
+        and isinstance(node.value.func, ast.Name)
+        and node.value.func.id == "check"
+        for node in tree.body
+    )
+    return f"{script}\n\ncheck({entry_point})\n" if defines and not calls else script
+
+
+class Checker:
+    """A special judge loaded once in its own sandbox; check() returns (accepted, why not)."""
+
+    def __init__(self, source: str, backend: Any):
+        self.program = WarmPython(source, mode="call", limits=CHECKER_LIMITS, backend=backend)
+        self.loaded = False
+
+    def check(self, stdin: str, output: str, expected: str) -> tuple[bool, str | None]:
+        """Ask the checker; its failure raises CheckerFailure (or SandboxFailure)."""
+        if not self.loaded:
+            outcome = self.program.start()
+            if outcome.status == "sandbox_error":
+                raise SandboxFailure(outcome.message)
+            if not outcome.ok:
+                raise CheckerFailure(f"the checker did not load ({outcome.status}): {outcome.message[-500:]}")
+            self.loaded = True
+        called = self.program.call("check", [stdin, output, expected], limits=CHECKER_LIMITS)
+        if called.result.verdict is RunVerdict.sandbox_error:
+            raise SandboxFailure(called.result.detail)
+        if not (called.returned and called.plain and type(called.value) is bool):
+            why = called.not_plain or called.result.detail or repr(called.value)[:100]
+            raise CheckerFailure(
+                f"the checker did not return a bool ({why}); stderr: {called.result.stderr[-300:]}"
+            )
+        return called.value, None if called.value else "rejected by the checker"
+
+    def close(self) -> None:
+        """Kill the checker's sandbox."""
+        self.program.close()
+
+
+# -- time limit ------------------------------------------------------------------------------------------
+
+_calibrations: OrderedDict[str, float] = OrderedDict()
+_calibration_lock = threading.Lock()
+
+
+def _calibration_key(reference: CodeReference, memory_mb: int) -> str:
+    payload = json.dumps(
+        [
+            reference.language,
+            reference.reference_solution,
+            reference.tests.model_dump(mode="json"),
+            memory_mb,
+        ],
+        sort_keys=True,
+    )
+    return hashlib.sha256(payload.encode()).hexdigest()
+
+
+def reference_cpu_s(reference: CodeReference, options: CodeOptions, memory_mb: int) -> float:
+    """The reference solution's largest CPU time over the tests (cached per process); CheckerFailure when the
+    reference solution itself does not pass."""
+    key = _calibration_key(reference, memory_mb)
+    with _calibration_lock:
+        if key in _calibrations:
+            _calibrations.move_to_end(key)
+            return _calibrations[key]
+    limits = Limits(cpu_s=MAX_CPU_S, memory_mb=memory_mb, output_bytes=UNCAPPED_OUTPUT)
+    probe = options.model_copy(update={"reward": "all_pass", "stop_on_first_failure": True})
+    run = Judge(reference, probe, limits, stop=True).run(reference.reference_solution or "")
+    failed = next((r for r in run.results if not r.passed), None)
+    if run.load_failure or failed is not None or len(run.results) < run.total:
+        why = run.load_failure or (failed.verdict + ": " + failed.diff if failed else "not every test ran")
+        raise CheckerFailure(f"the reference solution does not pass its own tests ({why})")
+    slowest = max(r.cpu_s for r in run.results)
+    with _calibration_lock:
+        _calibrations[key] = slowest
+        while len(_calibrations) > CALIBRATION_CACHE:
+            _calibrations.popitem(last=False)
+    return slowest
+
+
+def output_cap(tests: Any) -> int:
+    """stdout cap: twice the longest expected output plus 1 MiB under a comparator (so a flood ends fast),
+    16 MiB otherwise."""
+    if isinstance(tests, StdioTests) and tests.checker is None:
+        longest = max(len(case.stdout.encode()) for case in tests.cases)
+        return 2 * longest + MIB
+    return UNCAPPED_OUTPUT
+
+
+def test_limits(reference: CodeReference, options: CodeOptions) -> tuple[Limits, dict[str, Any]]:
+    """The per-test limits, and how the CPU limit was chosen."""
+    given = reference.limits or CodeLimits()
+    memory = given.memory_mb or DEFAULT_MEMORY_MB
+    how: dict[str, Any] = {"memory_mb": memory}
+    if reference.reference_solution is not None:
+        slowest = reference_cpu_s(reference, options, memory)
+        cpu = min(MAX_CPU_S, max(options.time_floor_s, options.time_multiple * slowest))
+        how.update(cpu_s=round(cpu, 4), cpu_from="reference_solution", reference_cpu_s=round(slowest, 4))
+    else:
+        cpu = given.cpu_s or DEFAULT_CPU_S
+        how.update(cpu_s=cpu, cpu_from="limits" if given.cpu_s else "default")
+    limits = Limits(cpu_s=cpu, memory_mb=memory, output_bytes=output_cap(reference.tests))
+    return limits, how
+
+
+# -- scoring ---------------------------------------------------------------------------------------------
+
+
+def score_code(response: str, reference: CodeReference, options: CodeOptions) -> Verdict:
+    """Extract the program, run it against the tests in sandboxes, and judge every test here."""
+    started = time.monotonic()
+    language = get_language(reference.language)
+    tests = reference.tests
+    details: dict[str, Any] = {"language": language.name, "format": tests.format}
+    if isinstance(tests, StdioTests):
+        details["compare"] = "checker" if tests.checker else COMPARATORS[tests.compare].preset
+    extracted = extract_code(response, language)
+    details["extraction"] = extracted.method
+    if not extracted.code:
+        return Verdict(
+            reward=0.0,
+            correct=False,
+            reason="no_code",
+            components={"tests_passed": 0.0, "compiled": 0.0},
+            details=details,
+        )
+    stop = options.stop_on_first_failure
+    if stop is None:
+        stop = options.reward == "all_pass"
+    try:
+        limits, details["limits"] = test_limits(reference, options)
+        run = Judge(reference, options, limits, stop).run(extracted.code)
+    except SandboxFailure as exc:
+        return Verdict.failure(Status.sandbox_error, "sandbox_error", error=str(exc)[:2000], **details)
+    except CheckerFailure as exc:
+        return Verdict.failure(Status.verifier_error, "bad_reference", error=str(exc)[:2000], **details)
+    details["elapsed_s"] = round(time.monotonic() - started, 3)
+    return _verdict(run, options, details)
+
+
+def _verdict(run: Outcome, options: CodeOptions, details: dict[str, Any]) -> Verdict:
+    passed = sum(r.passed for r in run.results)
+    fraction = passed / run.total if run.total else 0.0
+    first = next((r for r in run.results if not r.passed), None)
+    if run.load_failure is not None:
+        reason = run.load_failure
+        details["message"] = run.message
+    elif first is not None:
+        reason = first.verdict
+    elif len(run.results) < run.total:
+        reason = "time_limit"  # the rest were skipped after MAX_TIME_LIMITS time limits
+    else:
+        reason = None
+    details["tests_run"] = len(run.results)
+    details["tests_total"] = run.total
+    details["tests"] = [r.public(i) for i, r in enumerate(run.results[:MAX_DETAILS])]
+    if first is not None and first.diff:
+        details["first_failure"] = {"test": run.results.index(first), "diff": first.diff[:500]}
+    correct = reason is None and passed == run.total
+    reward = 1.0 if correct else (fraction if options.reward == "fraction" else 0.0)
+    return Verdict(
+        reward=reward,
+        correct=correct,
+        reason=reason,
+        components={"tests_passed": fraction, "compiled": 1.0 if run.compiled else 0.0},
+        details=details,
+    )
+
+
+# -- registration ----------------------------------------------------------------------------------------
+
+
+def _fence(code: str, language: str = "python") -> str:
+    return f"Here is my solution.\n\n```{language}\n{code}```\n"
+
+
+_SUM_STDIO = {
+    "format": "stdio",
+    "cases": [
+        {"stdin": "1 2\n", "stdout": "3\n"},
+        {"stdin": "10 -4\n", "stdout": "6\n"},
+        {"stdin": "1000000000000 1\n", "stdout": "1000000000001\n"},
+    ],
+}
+_SUM_PY = {"language": "python", "tests": _SUM_STDIO}
+_SUM_CALL = {
+    "language": "python",
+    "tests": {
+        "format": "call",
+        "entry_point": "add",
+        "cases": [{"args": [1, 2], "expected": 3}, {"args": [5, 5], "expected": 10}],
+    },
+}
+_SUM_SCRIPT = {
+    "language": "python",
+    "tests": {
+        "format": "assert_script",
+        "entry_point": "add",
+        "script": "def check(candidate):\n    assert candidate(1, 2) == 3\n    assert candidate(-1, 1) == 0\n",
+    },
+}
+_PY_SUM = "import sys\na, b = map(int, sys.stdin.read().split())\nprint(a + b)\n"
+_CPP_SUM = "#include <iostream>\nint main(){long long a,b;std::cin>>a>>b;std::cout<<a+b<<'\\n';}\n"
+_PY_ADD = "def add(a, b):\n    return a + b\n"
+
+_EXAMPLES = (
+    # Gold: each must score 1.
+    Example(_fence(_PY_SUM), _SUM_PY, 1.0, note="stdio, Python"),
+    Example(_fence(_CPP_SUM, "cpp"), {"language": "cpp", "tests": _SUM_STDIO}, 1.0, note="stdio, C++"),
+    Example(
+        "```text\nnot this\n```\nFinal:\n```py\n" + _PY_SUM + "```",
+        _SUM_PY,
+        1.0,
+        note="the last block in the task's language",
+    ),
+    Example(_fence(_PY_ADD), _SUM_CALL, 1.0, note="call format"),
+    Example(_fence(_PY_ADD), _SUM_SCRIPT, 1.0, note="HumanEval-style check(candidate)"),
+    Example(
+        _fence("import sys\na, b = map(int, sys.stdin.read().split())\nprint(a / b)\n"),
+        {
+            "language": "python",
+            "tests": {
+                "format": "stdio",
+                "compare": "float",
+                "cases": [{"stdin": "1 3", "stdout": "0.333333"}],
+            },
+        },
+        1.0,
+        note="float comparator at the default tolerance",
+    ),
+    # Cheats and failures: each must score 0.
+    Example("", _SUM_PY, 0.0, note="empty response"),
+    Example("I am not sure how to solve this.```\n```", _SUM_PY, 0.0, note="no code"),
+    Example(
+        _fence("import os\nprint(3)\nos._exit(0)\n"), _SUM_PY, 0.0, note="prints a visible example's answer"
+    ),
+    Example(_fence("import os\nos._exit(0)\n"), _SUM_CALL, 0.0, note="os._exit(0) at import"),
+    Example(
+        _fence("import sys\ndef add(a, b):\n    sys.exit(0)\n"),
+        _SUM_CALL,
+        0.0,
+        note="sys.exit(0) in the call",
+    ),
+    Example(
+        _fence(
+            "import atexit, os\natexit.register(lambda: os._exit(0))\ndef add(a, b):\n    raise ValueError\n"
+        ),
+        _SUM_CALL,
+        0.0,
+        note="atexit forcing status 0",
+    ),
+    Example(
+        _fence(
+            "class Any:\n    def __eq__(self, other):\n        return True\ndef add(a, b):\n    return Any()\n"
+        ),
+        _SUM_CALL,
+        0.0,
+        note="forged __eq__",
+    ),
+    Example(
+        _fence(
+            "class I(int):\n    def __eq__(self, other):\n        return True\ndef add(a, b):\n    return I(0)\n"
+        ),
+        _SUM_SCRIPT,
+        0.0,
+        note="int subclass with a forged __eq__, through the assert script",
+    ),
+    Example(
+        _fence("import builtins\nbuiltins.AssertionError = SystemExit\ndef add(a, b):\n    return 0\n"),
+        _SUM_SCRIPT,
+        0.0,
+        note="monkeypatched builtins",
+    ),
+    Example(_fence("while True:\n    pass\n"), _SUM_PY, 0.0, note="infinite loop"),
+    Example(_fence("while True:\n    print('3' * 4096)\n"), _SUM_PY, 0.0, note="huge output"),
+    Example(
+        _fence("int main( { return 0; }\n", "cpp"),
+        {"language": "cpp", "tests": _SUM_STDIO},
+        0.0,
+        note="compile error",
+    ),
+)
+
+SPEC = register_verifier(
+    VerifierSpec(
+        name="code",
+        version=VERSION,
+        score=score_code,
+        reference=CodeReference,
+        options=CodeOptions,
+        description="Run the response's program against the task's tests (stdio in seven languages; Python "
+        "function calls and HumanEval/MBPP assert scripts) in sandboxes, judging plain data outside them; "
+        "reward all_pass or the fraction of tests passed.",
+        examples=_EXAMPLES,
+        execution="pool",
+        deadline_s=60.0,
+    )
+)
