@@ -47,6 +47,7 @@ bench: setup
 	$(BIN)/python bench/service.py
 	$(BIN)/python bench/math_verifier.py
 	$(BIN)/python bench/sandbox.py
+	$(BIN)/python bench/code.py
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info .pytest_cache .ruff_cache
