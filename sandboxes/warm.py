@@ -382,7 +382,8 @@ class WarmPython:
                 return CompileOutcome(status="memory_limit", message=f"loading passed {limits.memory_mb} MB")
             status = "runtime_error" if self.mode == "call" else "sandbox_error"
             return CompileOutcome(
-                status=status, message=f"the program ended while loading ({exc}). {side}"[:4000]
+                status=status,
+                message=f"the program ended while loading ({exc}). {side[-4000:]}",  # the end holds the status
             )
         error = ready.get("error")
         if not ready.get("ready"):

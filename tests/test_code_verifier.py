@@ -230,12 +230,90 @@ def test_reference_solution_calibrates_the_cpu_limit():
     assert good.reward == 1.0
     limits = good.details["limits"]
     assert limits["cpu_from"] == "reference_solution"
-    assert limits["cpu_s"] == max(0.5, 4.0 * limits["reference_cpu_s"])
+    assert limits["cpu_s_per_test"] == pytest.approx(
+        [max(0.5, 4.0 * max(t, verifier.MIN_REFERENCE_CPU_S)) for t in limits["reference_cpu_s_per_test"]],
+        abs=1e-3,
+    )
+    assert [t["cpu_limit_s"] for t in good.details["tests"]] == limits["cpu_s_per_test"]
     slow = score(fence("while True:\n    pass"), reference, {"time_floor_s": 0.5})
     assert slow.reason == "time_limit"
     wrong_ref = {**stdio("python", SUM_CASES), "reference_solution": "print(3)"}
     failed = score(fence(SUM["python"][0]), wrong_ref)
     assert (failed.status, failed.reason) == (Status.verifier_error, "bad_reference")
+
+
+HEAVY_N = 60_000_000  # sum(range(HEAVY_N)) takes about half a CPU second
+
+
+def test_each_test_gets_its_own_limit_from_the_reference_solution():
+    reference = {
+        **stdio("python", [(str(HEAVY_N), str(HEAVY_N * (HEAVY_N - 1) // 2)), ("3", "3")]),
+        "reference_solution": "n = int(input())\nprint(sum(range(n)))",
+    }
+    options = {"time_floor_s": 0.1, "reward": "fraction"}
+    good = score(fence(reference["reference_solution"]), reference, options)
+    assert (good.status, good.reward, good.correct) == (Status.ok, 1.0, True), good.details
+    limits = good.details["limits"]
+    heavy_limit, light_limit = limits["cpu_s_per_test"]
+    heavy_ref, light_ref = limits["reference_cpu_s_per_test"]
+    assert heavy_limit == pytest.approx(min(20.0, 4.0 * heavy_ref), abs=1e-3)
+    assert light_limit == pytest.approx(
+        max(0.1, 4.0 * max(light_ref, verifier.MIN_REFERENCE_CPU_S)), abs=1e-3
+    )
+    assert (
+        light_limit < heavy_ref < heavy_limit
+    )  # the heavy work fits the heavy test's limit, not the light one's
+    assert [t["cpu_limit_s"] for t in good.details["tests"]] == [heavy_limit, light_limit]
+    assert limits["cpu_s"] == heavy_limit
+    # Fast where it must be, but doing the heavy test's work on the light test too.
+    slow_on_light = f"n = int(input())\nif n < 1000:\n    sum(range({HEAVY_N}))\nprint(sum(range(n)))"
+    slow = score(fence(slow_on_light), reference, options)
+    assert (slow.status, slow.reward, slow.reason) == (Status.ok, 0.5, "time_limit"), slow.details
+    heavy, light = slow.details["tests"]
+    assert (heavy["verdict"], heavy["cpu_limit_s"]) == ("passed", heavy_limit)
+    assert (light["verdict"], light["cpu_limit_s"]) == ("time_limit", light_limit)
+    assert light["cpu_s"] < heavy_limit  # one limit for every test would have passed it
+
+
+def test_a_death_at_import_reports_the_program_not_the_sandbox_log():
+    call = {
+        "language": "python",
+        "tests": {"format": "call", "entry_point": "f", "cases": [{"args": [], "expected": 1}]},
+    }
+    program = "import os, sys, time\nsys.stderr.write('bye now\\n')\nsys.stderr.flush()\ntime.sleep(0.3)\nos._exit(0)"
+    result = score(fence(program), call)
+    assert (result.status, result.reward, result.reason) == (Status.ok, 0.0, "runtime_error")
+    message = result.details["message"]
+    assert message.startswith("the program ended while being loaded, before any test ran"), message
+    assert message.endswith("stderr: bye now"), message
+    assert "exit status" not in message or "(exit status 0)" in message
+    for noise in ("Symlink", "Mount:", "[I][", "STANDALONE"):
+        assert noise not in message, message
+    silent = score(fence("import os\nos._exit(0)"), call)
+    assert silent.details["message"].startswith("the program ended while being loaded")
+    assert "[I][" not in silent.details["message"]
+
+
+def test_program_message_keeps_the_program_and_drops_the_sandbox_log():
+    log = (
+        "the program ended while loading (eof). "
+        "1-21T03:57:02+0000] Symlink: 'usr/bin' -> '/bin' type:'' options:'' symlink:true\n"
+        "[I][2026-11-21T03:57:02+0000] Mount: '/dev/null' -> '/dev/null' type:'' options:''\n"
+        "[I][2026-11-21T03:57:02+0000] Executing '/bin/sh' for '[STANDALONE MODE]'\n"
+        "Traceback: boom\n"
+        "[I][2026-11-21T03:57:02+0000] pid=6448 ([STANDALONE MODE]) terminated with signal: SIGKILL (9), (PIDs left: 0)\n"
+    )
+    assert verifier.program_message(log) == (
+        "the program ended while being loaded, before any test ran (killed by signal SIGKILL (9)); "
+        "stderr: Traceback: boom"
+    )
+    exited = log.replace("terminated with signal: SIGKILL (9)", "exited with status: 3").replace(
+        "Traceback: boom\n", ""
+    )
+    assert verifier.program_message(exited) == (
+        "the program ended while being loaded, before any test ran (exit status 3); no stderr"
+    )
+    assert verifier.program_message("main.c:1: error: expected ';'\n") == "main.c:1: error: expected ';'"
 
 
 def test_a_broken_sandbox_is_a_sandbox_error_never_a_zero(monkeypatch: pytest.MonkeyPatch):

@@ -11,9 +11,17 @@ wrong answer.
 Formats: `stdio` (all seven languages), `call` and `assert_script` (Python only; other languages are a 422
 naming `reference.language`).
 
-Time limit per test is CPU time: `limits.cpu_s` (default 2 s), or, when a `reference_solution` is given,
-`time_multiple` x its largest CPU time over the tests, never below `time_floor_s` nor above MAX_CPU_S (one
-limit for every test; the calibration is cached per process, so a GRPO group pays for it once).
+Time limit per test is CPU time: `limits.cpu_s` (default 2 s) for every test, or, when a `reference_solution`
+is given, a limit per test (EvalPlus style): test i gets max(time_floor_s, time_multiple x the reference's CPU
+time on test i), never above MAX_CPU_S. So a program that is slow on a light test fails it even when a heavy
+test's limit would have covered it. The reference's per-test times are measured once per worker process and
+cached (a GRPO group in one worker sees the same limits). Measurement noise is bounded so rewards stay
+reproducible: a reference time counts as at least MIN_REFERENCE_CPU_S (the CPU clock's granularity cannot
+give a test a near-zero limit), every test whose multiple falls under the floor gets exactly the floor, however
+the measurement jittered (with the defaults, every test whose reference takes under 0.25 s), and above the
+floor a measurement off by x% moves the limit by x% while the limit itself is `time_multiple` (4x) the
+reference, so only a program within a few % of that multiple can flip between workers. Each test's limit is
+in its details (`cpu_limit_s`) and in details.limits.
 
 Verdicts: reward 1 when every test passes (`all_pass`, default) or the fraction passed (`fraction`); reason
 of the first failing test: wrong_answer, compile_error, runtime_error, time_limit, memory_limit, output_limit;
@@ -31,6 +39,7 @@ from __future__ import annotations
 import ast
 import hashlib
 import json
+import re
 import threading
 import time
 from collections import OrderedDict
@@ -53,6 +62,7 @@ LANGUAGE_NAMES = ("python", "c", "cpp", "java", "javascript", "go", "rust")
 DEFAULT_CPU_S = 2.0
 DEFAULT_MEMORY_MB = 1024
 MAX_CPU_S = 20.0
+MIN_REFERENCE_CPU_S = 0.01
 MAX_TIME_LIMITS = 3
 MAX_CASES = 10_000
 MAX_DETAILS = 100
@@ -254,6 +264,7 @@ class TestResult:
     cpu_s: float = 0.0
     wall_s: float = 0.0
     diff: str = ""
+    cpu_limit_s: float | None = None
 
     @property
     def passed(self) -> bool:
@@ -264,6 +275,8 @@ class TestResult:
         """The per-test detail reported in the score."""
         item: dict[str, Any] = {"test": index, "verdict": self.verdict, "cpu_s": round(self.cpu_s, 4)}
         item["wall_s"] = round(self.wall_s, 4)
+        if self.cpu_limit_s is not None:
+            item["cpu_limit_s"] = round(self.cpu_limit_s, 4)
         if self.diff:
             item["diff"] = self.diff[:300]
         return item
@@ -280,6 +293,42 @@ class Outcome:
     message: str = ""
 
 
+# nsjail's own log lines ("[I][2026-01-01T00:00:00+0000] Mount: ..."); the first line of a clipped log may
+# have lost its head, so a bare "...+0000] " prefix counts too.
+_NSJAIL_LINE = re.compile(r"^(?:\[[A-Z]\]\[)?[\d:T-]*[+-]\d{4}\] ")
+_NSJAIL_EXIT = re.compile(r"exited with status: (\d+)")
+_NSJAIL_SIGNAL = re.compile(r"terminated with signal: (\w+) \((\d+)\)")
+_ENDED_WHILE_LOADING = re.compile(r"^the program ended while loading \(([^)]*)\)\.\s*", re.S)
+
+
+def program_message(message: str) -> str:
+    """A load or compile message about the program: how it ended (exit status or signal) and the tail of its
+    own stderr, without the sandbox's setup log."""
+    ended = _ENDED_WHILE_LOADING.match(message)
+    body = message[ended.end() :] if ended else message
+    status = ""
+    kept: list[str] = []
+    for line in body.splitlines():
+        if _NSJAIL_LINE.match(line):
+            # The last status line is nsjail's real one: the program had ended before nsjail wrote it.
+            if found := _NSJAIL_EXIT.search(line):
+                status = f"exit status {found.group(1)}"
+            elif found := _NSJAIL_SIGNAL.search(line):
+                status = f"killed by signal {found.group(1)} ({found.group(2)})"
+            continue
+        kept.append(line)
+    stderr = "\n".join(kept).strip()
+    if not ended and not status:
+        return stderr[-2000:]
+    # nsjail's status line can arrive after the server's end of file was seen: then the status is unknown.
+    head = "the program ended while being loaded, before any test ran"
+    if status:
+        head += f" ({status})"
+    elif ended and ended.group(1) not in ("eof", ""):
+        head += f" ({ended.group(1)})"
+    return f"{head}; stderr: {stderr[-1500:]}" if stderr else f"{head}; no stderr"
+
+
 def _from_command(result: CommandResult) -> TestResult | None:
     """A failed test from how the program ended (None when it ended ok); sandbox errors raise."""
     if result.verdict is RunVerdict.sandbox_error:
@@ -294,15 +343,34 @@ def _from_command(result: CommandResult) -> TestResult | None:
 
 
 class Judge:
-    """Runs one program against one reference's tests under given limits."""
+    """Runs one program against one reference's tests under given limits (`cpu_s`: one CPU limit per test,
+    else `limits.cpu_s` for every test)."""
 
-    def __init__(self, reference: CodeReference, options: CodeOptions, limits: Limits, stop: bool):
+    def __init__(
+        self,
+        reference: CodeReference,
+        options: CodeOptions,
+        limits: Limits,
+        stop: bool,
+        cpu_s: list[float] | None = None,
+    ):
         self.reference = reference
         self.options = options
         self.limits = limits
+        self.cpu_s = cpu_s
         self.stop = stop
         self.fraction = options.reward == "fraction"
         self.backend = resolve_backend(None)
+
+    def limits_for(self, index: int) -> Limits:
+        """The limits of test `index`."""
+        if self.cpu_s is None:
+            return self.limits
+        return self.limits.model_copy(update={"cpu_s": self.cpu_s[index]})
+
+    def _judged(self, index: int, result: TestResult) -> TestResult:
+        result.cpu_limit_s = self.limits_for(index).cpu_s
+        return result
 
     def _stop_after(self, results: list[TestResult]) -> bool:
         if not results or results[-1].passed:
@@ -333,11 +401,11 @@ class Judge:
                 if outcome.status == "sandbox_error":
                     raise SandboxFailure(outcome.message)
                 if outcome.status == "compile_error":
-                    run.load_failure, run.message = "compile_error", outcome.message[-2000:]
+                    run.load_failure, run.message = "compile_error", program_message(outcome.message)
                     return run
                 run.compiled = True
                 if not outcome.ok:  # warm Python that failed while loading
-                    run.load_failure, run.message = outcome.status, outcome.message[-2000:]
+                    run.load_failure, run.message = outcome.status, program_message(outcome.message)
                     return run
                 # Cold languages batch tests into one job, which stops at a failing test; the next batch
                 # starts after it (under fraction) so a run of failures never costs a whole batch at once.
@@ -345,11 +413,12 @@ class Judge:
                 index = 0
                 while index < len(tests.cases):
                     cases = tests.cases[index : index + batch]
-                    outputs = program.run_many([c.stdin for c in cases], self.limits, stop_on_failure=True)
+                    outputs = self._run_batch(program, index, [c.stdin for c in cases])
                     if not outputs:
                         raise SandboxFailure("the sandbox ran no test")
-                    for case, result in zip(cases, outputs, strict=False):
-                        run.results.append(self._judge_stdio(case, result, tests, checker))
+                    for offset, (case, result) in enumerate(zip(cases, outputs, strict=False)):
+                        judged = self._judge_stdio(case, result, tests, checker)
+                        run.results.append(self._judged(index + offset, judged))
                         if self._stop_after(run.results):
                             return run
                     index += len(outputs)
@@ -359,6 +428,22 @@ class Judge:
             if checker is not None:
                 checker.close()
         return run
+
+    def _run_batch(self, program: Submission, first: int, stdins: list[str]) -> list[CommandResult]:
+        """Run tests first, first+1, ... each under its own limits; stops after the first that does not end ok."""
+        if program.warm:
+            results: list[CommandResult] = []
+            for offset, stdin in enumerate(stdins):
+                results.append(program.run(stdin, self.limits_for(first + offset)))
+                if results[-1].verdict is not RunVerdict.ok:
+                    break
+            return results
+        commands = [
+            program.command(stdin, self.limits_for(first + offset), name=f"test{first + offset}")
+            for offset, stdin in enumerate(stdins)
+        ]
+        outcome = program.backend.run(program.job(commands, keep_going=False))
+        return [program.language.judge(result) for result in outcome.commands]
 
     def _judge_stdio(
         self, case: StdioCase, result: CommandResult, tests: StdioTests, checker: Checker | None
@@ -384,7 +469,7 @@ class Judge:
         run.compiled = outcome.status != "compile_error"
         if not outcome.ok:
             program.close()
-            run.load_failure, run.message = outcome.status, outcome.message[-2000:]
+            run.load_failure, run.message = outcome.status, program_message(outcome.message)
             return None
         return program
 
@@ -394,11 +479,12 @@ class Judge:
         if program is None:
             return run
         with program:
-            for case in tests.cases:
+            for index, case in enumerate(tests.cases):
+                limits = self.limits_for(index)
                 called = program.call(
-                    tests.entry_point, case.args, case.kwargs, method_of=tests.method_of, limits=self.limits
+                    tests.entry_point, case.args, case.kwargs, method_of=tests.method_of, limits=limits
                 )
-                run.results.append(self._judge_call(called, case.expected))
+                run.results.append(self._judged(index, self._judge_call(called, case.expected)))
                 if self._stop_after(run.results):
                     break
         return run
@@ -428,9 +514,10 @@ class Judge:
         names = candidate_names(code)
         script = with_check_call(tests.script, tests.entry_point)
         cpu = [0.0]
+        limits = self.limits_for(0)  # the script is one test; each call into the candidate gets its limit
 
         def on_call(name: str, args: list[Any], kwargs: dict[str, Any]) -> CallResult:
-            called = program.call(name, args, kwargs, limits=self.limits)
+            called = program.call(name, args, kwargs, limits=limits)
             cpu[0] += called.result.cpu_s
             return called
 
@@ -444,19 +531,18 @@ class Judge:
             judged = self._judge_call(called, None)
             judged.diff = f"{outcome.failed_name}(): {judged.diff}"
             judged.cpu_s = cpu[0]
-            run.results.append(judged)
+            run.results.append(self._judged(0, judged))
             return run
         if result.verdict is RunVerdict.sandbox_error:
             raise SandboxFailure(result.detail or "the test script's sandbox failed")
         if result.verdict is RunVerdict.ok:
-            run.results.append(TestResult("passed", cpu[0], result.wall_s))
+            judged = TestResult("passed", cpu[0], result.wall_s)
         elif result.verdict is RunVerdict.runtime_error:  # an assertion failed (or the script raised)
             lines = [line for line in result.stderr.strip().splitlines() if line.strip()]
-            run.results.append(TestResult("wrong_answer", cpu[0], result.wall_s, lines[-1] if lines else ""))
+            judged = TestResult("wrong_answer", cpu[0], result.wall_s, lines[-1] if lines else "")
         else:
-            run.results.append(
-                TestResult(result.verdict.value, cpu[0], result.wall_s, f"test script: {result.detail}")
-            )
+            judged = TestResult(result.verdict.value, cpu[0], result.wall_s, f"test script: {result.detail}")
+        run.results.append(self._judged(0, judged))
         return run
 
 
@@ -498,7 +584,8 @@ class Checker:
             if outcome.status == "sandbox_error":
                 raise SandboxFailure(outcome.message)
             if not outcome.ok:
-                raise CheckerFailure(f"the checker did not load ({outcome.status}): {outcome.message[-500:]}")
+                why = program_message(outcome.message)[-500:]
+                raise CheckerFailure(f"the checker did not load ({outcome.status}): {why}")
             self.loaded = True
         called = self.program.call("check", [stdin, output, expected], limits=CHECKER_LIMITS)
         if called.result.verdict is RunVerdict.sandbox_error:
@@ -517,7 +604,7 @@ class Checker:
 
 # -- time limit ------------------------------------------------------------------------------------------
 
-_calibrations: OrderedDict[str, float] = OrderedDict()
+_calibrations: OrderedDict[str, tuple[float, ...]] = OrderedDict()
 _calibration_lock = threading.Lock()
 
 
@@ -534,9 +621,9 @@ def _calibration_key(reference: CodeReference, memory_mb: int) -> str:
     return hashlib.sha256(payload.encode()).hexdigest()
 
 
-def reference_cpu_s(reference: CodeReference, options: CodeOptions, memory_mb: int) -> float:
-    """The reference solution's largest CPU time over the tests (cached per process); CheckerFailure when the
-    reference solution itself does not pass."""
+def reference_cpu_s(reference: CodeReference, options: CodeOptions, memory_mb: int) -> tuple[float, ...]:
+    """The reference solution's CPU time on each test (measured once, cached per process); CheckerFailure when
+    the reference solution itself does not pass."""
     key = _calibration_key(reference, memory_mb)
     with _calibration_lock:
         if key in _calibrations:
@@ -549,12 +636,12 @@ def reference_cpu_s(reference: CodeReference, options: CodeOptions, memory_mb: i
     if run.load_failure or failed is not None or len(run.results) < run.total:
         why = run.load_failure or (failed.verdict + ": " + failed.diff if failed else "not every test ran")
         raise CheckerFailure(f"the reference solution does not pass its own tests ({why})")
-    slowest = max(r.cpu_s for r in run.results)
+    times = tuple(r.cpu_s for r in run.results)
     with _calibration_lock:
-        _calibrations[key] = slowest
+        _calibrations[key] = times
         while len(_calibrations) > CALIBRATION_CACHE:
             _calibrations.popitem(last=False)
-    return slowest
+    return times
 
 
 def output_cap(tests: Any) -> int:
@@ -566,20 +653,39 @@ def output_cap(tests: Any) -> int:
     return UNCAPPED_OUTPUT
 
 
-def test_limits(reference: CodeReference, options: CodeOptions) -> tuple[Limits, dict[str, Any]]:
-    """The per-test limits, and how the CPU limit was chosen."""
+def calibrated_cpu_s(reference_s: float, options: CodeOptions) -> float:
+    """A test's CPU limit from the reference's time on it: the multiple, never below the floor nor above
+    MAX_CPU_S (the reference time counts as at least MIN_REFERENCE_CPU_S)."""
+    scaled = options.time_multiple * max(reference_s, MIN_REFERENCE_CPU_S)
+    return round(min(MAX_CPU_S, max(options.time_floor_s, scaled)), 4)
+
+
+def test_limits(
+    reference: CodeReference, options: CodeOptions
+) -> tuple[Limits, list[float] | None, dict[str, Any]]:
+    """The limits shared by every test, the CPU limit of each test (None: `limits.cpu_s` for all), and how
+    they were chosen."""
     given = reference.limits or CodeLimits()
     memory = given.memory_mb or DEFAULT_MEMORY_MB
     how: dict[str, Any] = {"memory_mb": memory}
+    per_test: list[float] | None = None
     if reference.reference_solution is not None:
-        slowest = reference_cpu_s(reference, options, memory)
-        cpu = min(MAX_CPU_S, max(options.time_floor_s, options.time_multiple * slowest))
-        how.update(cpu_s=round(cpu, 4), cpu_from="reference_solution", reference_cpu_s=round(slowest, 4))
+        measured = reference_cpu_s(reference, options, memory)
+        per_test = [calibrated_cpu_s(seconds, options) for seconds in measured]
+        cpu = max(per_test)
+        how.update(
+            cpu_s=cpu,
+            cpu_from="reference_solution",
+            time_multiple=options.time_multiple,
+            time_floor_s=options.time_floor_s,
+            cpu_s_per_test=per_test[:MAX_DETAILS],
+            reference_cpu_s_per_test=[round(seconds, 4) for seconds in measured[:MAX_DETAILS]],
+        )
     else:
         cpu = given.cpu_s or DEFAULT_CPU_S
         how.update(cpu_s=cpu, cpu_from="limits" if given.cpu_s else "default")
     limits = Limits(cpu_s=cpu, memory_mb=memory, output_bytes=output_cap(reference.tests))
-    return limits, how
+    return limits, per_test, how
 
 
 # -- scoring ---------------------------------------------------------------------------------------------
@@ -607,8 +713,8 @@ def score_code(response: str, reference: CodeReference, options: CodeOptions) ->
     if stop is None:
         stop = options.reward == "all_pass"
     try:
-        limits, details["limits"] = test_limits(reference, options)
-        run = Judge(reference, options, limits, stop).run(extracted.code)
+        limits, per_test, details["limits"] = test_limits(reference, options)
+        run = Judge(reference, options, limits, stop, per_test).run(extracted.code)
     except SandboxFailure as exc:
         return Verdict.failure(Status.sandbox_error, "sandbox_error", error=str(exc)[:2000], **details)
     except CheckerFailure as exc:
