@@ -16,6 +16,7 @@ import pytest
 from proctor.sandboxes.backends.nsjail import NsjailBackend
 from proctor.sandboxes.job import Command, CommandResult, File, Job, Limits, Verdict
 from proctor.sandboxes.warm import WarmPython
+from tests.sandbox_helpers import processes_with as host_processes_with
 
 TOKEN = f"secret-{uuid.uuid4().hex}"
 
@@ -53,19 +54,6 @@ def probe(backend: NsjailBackend, code: str) -> dict:
     result = py(backend, code)
     assert result.verdict is Verdict.ok, (result.detail, result.stderr)
     return json.loads(result.stdout)
-
-
-def host_processes_with(marker: str) -> list[int]:
-    """Host pids whose command line holds `marker`."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                if marker.encode() in (entry / "cmdline").read_bytes():
-                    found.append(int(entry.name))
-            except OSError:
-                continue
-    return found
 
 
 def test_host_files_and_secrets_are_invisible(jail: NsjailBackend) -> None:

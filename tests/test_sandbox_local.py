@@ -21,6 +21,7 @@ from proctor.sandboxes.backends.local import LocalBackend
 from proctor.sandboxes.backends.runner import sweep_private_dirs, work_base
 from proctor.sandboxes.cgroups import DEFAULT_ROOT, V1_CONTROLLERS, CgroupError, Cgroups, JobCgroup
 from proctor.sandboxes.job import Command, CommandResult, File, Job, Limits, Verdict
+from tests.sandbox_helpers import processes_with
 
 # Verdicts must come within seconds of the limits on a quiet machine; under outside load CPU limits take
 # longer in wall time (by design), so wall-clock bounds here only catch hangs, and CPU bounds show promptness.
@@ -69,19 +70,6 @@ def run(backend: LocalBackend, job: Job) -> tuple[CommandResult, float]:
     result = backend.run(job)
     assert result.backend == backend.name
     return result.commands[0], time.monotonic() - start
-
-
-def processes_with(marker: str) -> list[int]:
-    """Host pids whose command line contains the marker."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                if marker.encode() in (entry / "cmdline").read_bytes():
-                    found.append(int(entry.name))
-            except OSError:
-                continue
-    return found
 
 
 def test_backends_by_name(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -21,6 +21,7 @@ from proctor.sandboxes.backends import get_backend
 from proctor.sandboxes.backends.nsjail import NsjailBackend
 from proctor.sandboxes.cgroups import DEFAULT_ROOT, V1_CONTROLLERS, Cgroups
 from proctor.sandboxes.job import Command, CommandResult, File, Job, Limits, Result, Verdict
+from tests.sandbox_helpers import processes_with
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 # Verdicts must come within seconds of the limits on a quiet machine; under outside load CPU limits take
@@ -78,19 +79,6 @@ def run(backend: NsjailBackend, job: Job) -> tuple[CommandResult, float, Result]
     start = time.monotonic()
     result = backend.run(job)
     return result.commands[0], time.monotonic() - start, result
-
-
-def processes_with(marker: str) -> list[int]:
-    """Host pids whose command line contains the marker."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                if marker.encode() in (entry / "cmdline").read_bytes():
-                    found.append(int(entry.name))
-            except OSError:
-                continue
-    return found
 
 
 def test_get_backend_default_is_nsjail(monkeypatch: pytest.MonkeyPatch) -> None:
