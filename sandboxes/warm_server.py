@@ -200,15 +200,10 @@ def finish(status):
     os._exit(status)
 
 
-def child_stdio(state, request):
-    module = types.ModuleType("__main__")
-    module.__file__ = state["path"]
-    module.__builtins__ = __builtins__
-    sys.modules["__main__"] = module
-    sys.argv = [state["path"]]
-    sys.path.insert(0, state["dir"])
+def run_then_finish(body):
+    """Run a test's body in the forked child and end the child with the status a plain process would have."""
     try:
-        exec(state["code"], module.__dict__)
+        body()
         status = 0
     except SystemExit as exc:
         status = exit_status(exc)
@@ -218,9 +213,18 @@ def child_stdio(state, request):
     finish(status)
 
 
+def child_stdio(state, request):
+    module = types.ModuleType("__main__")
+    module.__file__ = state["path"]
+    module.__builtins__ = __builtins__
+    sys.modules["__main__"] = module
+    sys.argv = [state["path"]]
+    sys.path.insert(0, state["dir"])
+    run_then_finish(lambda: exec(state["code"], module.__dict__))
+
+
 def child_call(state, request, result_fd):
-    status = 0
-    try:
+    def call():
         target = state["module"]
         if request.get("method_of"):
             target = getattr(target, request["method_of"])()
@@ -241,12 +245,8 @@ def child_call(state, request, result_fd):
         view = memoryview(body)
         while view:
             view = view[os.write(result_fd, view) :]
-    except SystemExit as exc:
-        status = exit_status(exc)
-    except BaseException as exc:
-        print_error(exc)
-        status = 1
-    finish(status)
+
+    run_then_finish(call)
 
 
 class CandidateFailed(Exception):
@@ -280,15 +280,11 @@ def child_script(request, proto_in, proto_out):
     for name in request.get("names", []):
         setattr(module, name, proxy(name))
     module.CandidateFailed = CandidateFailed
-    try:
-        exec(compile(request.get("script", ""), "test.py", "exec", dont_inherit=True), module.__dict__)
-        status = 0
-    except SystemExit as exc:
-        status = exit_status(exc)
-    except BaseException as exc:
-        print_error(exc)
-        status = 1
-    finish(status)
+    run_then_finish(
+        lambda: exec(
+            compile(request.get("script", ""), "test.py", "exec", dont_inherit=True), module.__dict__
+        )
+    )
 
 
 # -- the parent: run one test --------------------------------------------------------------------------
