@@ -128,3 +128,19 @@ def live_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     server = _launch(tmp_path_factory.mktemp("live-server"), {})
     yield server.base_url
     server.stop()
+
+
+@pytest.fixture(scope="module")
+def backend():
+    """The configured sandbox backend (PROCTOR_SANDBOX_BACKEND, default nsjail); skips if it cannot run here.
+
+    Modules that need a specific backend (the pool's strict nsjail, docker's private daemon) define their own.
+    """
+    from proctor.sandboxes.backends import get_backend
+
+    name = os.environ.get("PROCTOR_SANDBOX_BACKEND", "nsjail")
+    chosen = get_backend(name)
+    ok, why = chosen.available()
+    if not ok:
+        pytest.skip(f"sandbox backend {name} unavailable: {why}")
+    return chosen

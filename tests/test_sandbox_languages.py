@@ -6,11 +6,8 @@ compilers are slow on a shared machine.
 
 from __future__ import annotations
 
-import os
-
 import pytest
 
-from proctor.sandboxes.backends import get_backend
 from proctor.sandboxes.job import Backend, Job, Limits, Result, Verdict
 from proctor.sandboxes.languages import (
     LANGUAGES,
@@ -88,16 +85,6 @@ class Counting:
     def run(self, job: Job) -> Result:
         self.jobs.append([command.name for command in job.commands])
         return self.backend.run(job)
-
-
-@pytest.fixture(scope="module")
-def backend() -> Backend:
-    name = os.environ.get("PROCTOR_SANDBOX_BACKEND", "nsjail")
-    chosen = get_backend(name)
-    ok, why = chosen.available()
-    if not ok:
-        pytest.skip(f"sandbox backend {name} unavailable: {why}")
-    return chosen
 
 
 @pytest.fixture(scope="module")

@@ -21,7 +21,7 @@ from proctor.sandboxes.backends.local import LocalBackend
 from proctor.sandboxes.backends.runner import sweep_private_dirs, work_base
 from proctor.sandboxes.cgroups import DEFAULT_ROOT, V1_CONTROLLERS, CgroupError, Cgroups, JobCgroup
 from proctor.sandboxes.job import Command, CommandResult, File, Job, Limits, Verdict
-from tests.sandbox_helpers import processes_with
+from tests.sandbox_helpers import processes_with, setsid_daemon_program
 
 # Verdicts must come within seconds of the limits on a quiet machine; under outside load CPU limits take
 # longer in wall time (by design), so wall-clock bounds here only catch hangs, and CPU bounds show promptness.
@@ -180,18 +180,7 @@ def test_file_size_limit_kill_is_an_output_limit(local: LocalBackend) -> None:
 
 def test_daemon_dies_with_the_job(local: LocalBackend, cgroups_here: None) -> None:
     marker = f"1000.{uuid.uuid4().int % 10**9}"
-    code = f"""
-        import os
-        r, w = os.pipe()
-        if os.fork() == 0:
-            os.setsid()
-            if os.fork() == 0:
-                os.write(w, b"up")
-                os.execv("/bin/sleep", ["sleep", "{marker}"])
-            os._exit(0)
-        os.close(w)
-        print(os.read(r, 2).decode())
-    """
+    code = setsid_daemon_program(marker)
     command, took = run(local, python_job(code))
     assert command.verdict is Verdict.ok and command.stdout == "up\n"
     assert took < HANG_S

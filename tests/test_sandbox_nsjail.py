@@ -21,7 +21,7 @@ from proctor.sandboxes.backends import get_backend
 from proctor.sandboxes.backends.nsjail import NsjailBackend
 from proctor.sandboxes.cgroups import DEFAULT_ROOT, V1_CONTROLLERS, Cgroups
 from proctor.sandboxes.job import Command, CommandResult, File, Job, Limits, Result, Verdict
-from tests.sandbox_helpers import processes_with
+from tests.sandbox_helpers import processes_with, setsid_daemon_program
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 # Verdicts must come within seconds of the limits on a quiet machine; under outside load CPU limits take
@@ -229,18 +229,7 @@ def test_fork_bomb_is_contained(jail: NsjailBackend) -> None:
 
 def test_setsid_double_forked_daemon_dies_with_the_job(jail: NsjailBackend) -> None:
     marker = f"1000.{uuid.uuid4().int % 10**9}"
-    code = f"""
-        import os
-        r, w = os.pipe()
-        if os.fork() == 0:
-            os.setsid()
-            if os.fork() == 0:
-                os.write(w, b"up")
-                os.execv("/bin/sleep", ["sleep", "{marker}"])
-            os._exit(0)
-        os.close(w)
-        print(os.read(r, 2).decode())
-    """
+    code = setsid_daemon_program(marker)
     command, took, _ = run(jail, python_job(code))
     assert command.verdict is Verdict.ok, command
     assert command.stdout == "up\n"

@@ -6,12 +6,10 @@ Real runs in the default backend (nsjail): the server is the jail's init and the
 from __future__ import annotations
 
 import math
-import os
 import time
 
 import pytest
 
-from proctor.sandboxes.backends import get_backend
 from proctor.sandboxes.job import Backend, Limits, Verdict
 from proctor.sandboxes.languages import Submission
 from proctor.sandboxes.warm import WarmPython
@@ -20,16 +18,6 @@ LIMITS = Limits(cpu_s=0.5, memory_mb=128, output_bytes=1 << 20)
 SUM = "import sys\na, b = map(int, sys.stdin.read().split())\nprint(a + b)\n"
 # A program that runs whatever Python its stdin holds: one server, many different misbehaviours.
 ANYTHING = "import sys\nexec(compile(sys.stdin.read(), 'test', 'exec'))\n"
-
-
-@pytest.fixture(scope="module")
-def backend() -> Backend:
-    name = os.environ.get("PROCTOR_SANDBOX_BACKEND", "nsjail")
-    chosen = get_backend(name)
-    ok, why = chosen.available()
-    if not ok:
-        pytest.skip(f"sandbox backend {name} unavailable: {why}")
-    return chosen
 
 
 @pytest.fixture(scope="module")
