@@ -42,18 +42,14 @@ class LRUCache:
         self.max_entries = max_entries
         self._entries: OrderedDict[str, Score] = OrderedDict()
         self._lock = threading.Lock()
-        self.hits = 0
-        self.misses = 0
 
     def get(self, key: str) -> Score | None:
         """The cached score for key, or None; a hit becomes the most recently used."""
         with self._lock:
             score = self._entries.get(key)
             if score is None:
-                self.misses += 1
                 return None
             self._entries.move_to_end(key)
-            self.hits += 1
             return score
 
     def put(self, key: str, score: Score) -> None:
