@@ -5,7 +5,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.proctor-installed
 # Extras the test suite uses; `make serve` needs only the base package.
-TEST_EXTRAS ?= dev
+TEST_EXTRAS ?= dev,train
 PYTEST_ARGS ?=
 
 # Where the machine carries local wheels (a CPU torch build), pip takes them instead of the multi-GB CUDA build.
@@ -22,6 +22,9 @@ $(STAMP): pyproject.toml scripts/system-packages.sh scripts/apt-packages.txt
 	@bash scripts/system-packages.sh
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --disable-pip-version-check --upgrade pip setuptools wheel
+	@# With the local CPU build installed first, torch's version range is met and pip fetches no CUDA build.
+	@if ls /opt/wheels/torch-*.whl >/dev/null 2>&1; then \
+		$(BIN)/python -m pip install -q --disable-pip-version-check /opt/wheels/torch-*.whl; fi
 	$(BIN)/python -m pip install -q --disable-pip-version-check -e ".[$(TEST_EXTRAS)]"
 	@touch $(STAMP)
 

@@ -1,1 +1,6 @@
-"""Task makers: procedural puzzles and multi-turn tool-use environments. Built in a later issue."""
+"""Task makers: procedural puzzles (`puzzle.*`) and the trainer's toy tasks (`demo.*`).
+
+Importing this package registers every environment and its verifier.
+"""
+
+from proctor.environments import demo, puzzles  # noqa: F401  (importing registers them)

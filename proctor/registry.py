@@ -17,7 +17,7 @@ from proctor.contract import RequestError, Verdict, request_error_from
 log = logging.getLogger(__name__)
 
 ENTRY_POINT_GROUP = "proctor.verifiers"
-BUILTIN_MODULES = ("proctor.verifiers",)
+BUILTIN_MODULES = ("proctor.verifiers", "proctor.environments")
 
 
 class BaseOptions(BaseModel):

@@ -67,6 +67,39 @@ class Settings(BaseSettings):
         64, ge=0, description="Sandbox jobs allowed to wait; beyond this, 429 (verl sends up to 64 at once)."
     )
 
+    # SQL verifier
+    sql_databases: str = Field(
+        "",
+        description="Folder of SQLite databases in Spider layout (<dir>/<db_id>/<db_id>.sqlite); empty means the "
+        "bundled datasets/sql folder. Proctor never writes to it.",
+    )
+    sql_postgres: str = Field(
+        "",
+        description='PostgreSQL connections the `sql` verifier may name, as JSON {"dsn_name": "postgresql://..."}; '
+        "use a read-only role.",
+    )
+    sql_cache_dir: str = Field(
+        "",
+        description="Where gold results and perturbed database copies are kept; empty means a folder under the "
+        "user's cache directory (never the database folder).",
+    )
+
+    # LLM judge (judge.* verifiers, score_model / label_model graders)
+    judge_base_url: str = Field(
+        "", description="OpenAI-compatible endpoint of the judge model, e.g. http://127.0.0.1:8001/v1."
+    )
+    judge_model: str = Field("", description="Judge model name sent with each request.")
+    judge_api_key: str | None = Field(
+        None, description="Bearer key for the judge endpoint, when it needs one."
+    )
+    judge_concurrency: int = Field(16, ge=1, description="Judge calls in flight at once per process.")
+    judge_timeout_s: float = Field(60.0, gt=0, description="Time limit of one judge call.")
+    judge_retry_budget_s: float = Field(
+        60.0,
+        ge=0,
+        description="Total time retries of one judge call (429, 5xx, dropped connections) may take.",
+    )
+
     # Result cache
     cache_size: int = Field(
         100_000, ge=0, description="Entries in the in-process LRU result cache; 0 disables it."

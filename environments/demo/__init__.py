@@ -1,0 +1,1 @@
+"""Toy tasks for the reference trainer (`demo.*`); not puzzles, outside the puzzle gates."""

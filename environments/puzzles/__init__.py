@@ -1,0 +1,1 @@
+"""Procedural puzzle families; each registers the verifier `puzzle.<family>` and an environment."""

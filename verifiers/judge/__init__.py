@@ -1,0 +1,1 @@
+"""LLM-judge verifiers (`judge.rubric`, `judge.principles`, `judge.equivalence`, `judge.pairwise`) and their client."""

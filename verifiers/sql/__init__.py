@@ -1,0 +1,1 @@
+"""SQL verifier `sql`: execution match against a gold query on read-only SQLite or PostgreSQL."""

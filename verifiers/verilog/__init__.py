@@ -1,0 +1,1 @@
+"""Verilog verifier `verilog`: harness-owned testbench, randomized lockstep simulation and formal equivalence."""
