@@ -1,0 +1,290 @@
+"""The jailed SQLite worker: reads JSON-lines requests on stdin, runs each query read-only, answers on stdout.
+
+Standard library only, because it runs under the system Python inside an nsjail jail (or, with the `local`
+sandbox backend, as a plain subprocess). One request per line:
+
+    {"db": "/db/x/x.sqlite", "sql": "SELECT ...", "timeout_s": 2.0, "max_rows": 100000, "max_bytes": 64000000}
+
+One reply per line: {"ok": true, "columns": [...], "rows": [[...], ...]} or {"ok": false, "error": CODE,
+"message": "..."} with CODE one of runtime_error, time_limit, too_large, not_allowed. Blobs travel as
+{"$b": hex}; floats keep their type (json writes 1.0, not 1), NaN and infinities as json's NaN/Infinity.
+
+Every connection is opened `mode=ro&immutable=1` (SQLite never writes or locks the file), with `query_only`,
+an in-memory temp store, no attached databases, tight length limits, and an authorizer that allows only
+reading tables, SELECT, recursive CTEs and an allow-list of deterministic functions. A progress handler stops
+a query at its deadline, also while rows are being fetched, and fetching stops at the row and byte caps.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import sys
+import time
+
+ALLOWED_FUNCTIONS = frozenset(
+    [
+        "abs",
+        "avg",
+        "count",
+        "sum",
+        "total",
+        "min",
+        "max",
+        "group_concat",
+        "string_agg",
+        "length",
+        "octet_length",
+        "lower",
+        "upper",
+        "substr",
+        "substring",
+        "trim",
+        "ltrim",
+        "rtrim",
+        "replace",
+        "round",
+        "coalesce",
+        "ifnull",
+        "nullif",
+        "iif",
+        "if",
+        "instr",
+        "typeof",
+        "like",
+        "glob",
+        "regexp",
+        "likelihood",
+        "likely",
+        "unlikely",
+        "date",
+        "time",
+        "datetime",
+        "julianday",
+        "strftime",
+        "unixepoch",
+        "timediff",
+        "printf",
+        "format",
+        "hex",
+        "unhex",
+        "quote",
+        "char",
+        "unicode",
+        "sign",
+        "ceil",
+        "ceiling",
+        "floor",
+        "trunc",
+        "exp",
+        "ln",
+        "log",
+        "log2",
+        "log10",
+        "pow",
+        "power",
+        "sqrt",
+        "mod",
+        "pi",
+        "sin",
+        "cos",
+        "tan",
+        "asin",
+        "acos",
+        "atan",
+        "atan2",
+        "sinh",
+        "cosh",
+        "tanh",
+        "asinh",
+        "acosh",
+        "atanh",
+        "degrees",
+        "radians",
+        "concat",
+        "concat_ws",
+        "row_number",
+        "rank",
+        "dense_rank",
+        "percent_rank",
+        "cume_dist",
+        "ntile",
+        "lag",
+        "lead",
+        "first_value",
+        "last_value",
+        "nth_value",
+        "json",
+        "json_array",
+        "json_array_length",
+        "json_extract",
+        "json_insert",
+        "json_object",
+        "json_patch",
+        "json_remove",
+        "json_replace",
+        "json_set",
+        "json_type",
+        "json_valid",
+        "json_quote",
+        "json_group_array",
+        "json_group_object",
+        "json_each",
+        "json_tree",
+    ]
+)
+# Connection limits: no attached databases, strings and blobs at most 10 MB (so zeroblob/printf/replace
+# cannot build a 1 GB value), bounded statement size, expression depth and compound selects.
+LIMITS = {
+    "SQLITE_LIMIT_ATTACHED": 0,
+    "SQLITE_LIMIT_LENGTH": 10_000_000,
+    "SQLITE_LIMIT_SQL_LENGTH": 100_000,
+    "SQLITE_LIMIT_COLUMN": 1000,
+    "SQLITE_LIMIT_EXPR_DEPTH": 200,
+    "SQLITE_LIMIT_COMPOUND_SELECT": 100,
+    "SQLITE_LIMIT_FUNCTION_ARG": 64,
+    "SQLITE_LIMIT_LIKE_PATTERN_LENGTH": 1000,
+    "SQLITE_LIMIT_VARIABLE_NUMBER": 1,
+    "SQLITE_LIMIT_TRIGGER_DEPTH": 1,
+}
+PROGRESS_STEPS = 2000
+FETCH_CHUNK = 512
+MAX_CONNECTIONS = 16
+
+
+class Stop(Exception):
+    """A query ended by a cap; carries the error code."""
+
+    def __init__(self, code: str, message: str):
+        super().__init__(message)
+        self.code = code
+
+
+def authorize(action: int, arg1: str | None, arg2: str | None, _db: str | None, _trigger: str | None) -> int:
+    """SQLite authorizer: reading, SELECT, recursive CTEs and allow-listed functions; nothing else."""
+    if action in (sqlite3.SQLITE_READ, sqlite3.SQLITE_SELECT, getattr(sqlite3, "SQLITE_RECURSIVE", 33)):
+        return sqlite3.SQLITE_OK
+    if action == sqlite3.SQLITE_FUNCTION and (arg2 or "").lower() in ALLOWED_FUNCTIONS:
+        return sqlite3.SQLITE_OK
+    return sqlite3.SQLITE_DENY
+
+
+class Databases:
+    """Open read-only connections, one per database file, kept for reuse."""
+
+    def __init__(self) -> None:
+        self.connections: dict[str, sqlite3.Connection] = {}
+        self.deadline = 0.0
+
+    def get(self, path: str) -> sqlite3.Connection:
+        """A hardened connection to the database at path (opened once)."""
+        conn = self.connections.get(path)
+        if conn is None:
+            if len(self.connections) >= MAX_CONNECTIONS:
+                self.connections.pop(next(iter(self.connections))).close()
+            conn = self.connections[path] = self.open(path)
+        return conn
+
+    def open(self, path: str) -> sqlite3.Connection:
+        """Open path read-only and immutable, then lock the connection down before any query runs."""
+        quoted = path.replace("%", "%25").replace("?", "%3f").replace("#", "%23")
+        conn = sqlite3.connect(f"file:{quoted}?mode=ro&immutable=1", uri=True, isolation_level=None)
+        conn.execute("PRAGMA query_only = 1")
+        conn.execute("PRAGMA temp_store = MEMORY")
+        conn.execute("SELECT count(*) FROM sqlite_master").fetchone()  # fails here if the file is no database
+        for name, value in LIMITS.items():
+            if hasattr(sqlite3, name) and hasattr(conn, "setlimit"):  # Python >= 3.11
+                conn.setlimit(getattr(sqlite3, name), value)
+        conn.set_authorizer(authorize)
+        conn.set_progress_handler(self.progress, PROGRESS_STEPS)
+        conn.text_factory = lambda raw: raw.decode("utf-8", "replace")
+        return conn
+
+    def progress(self) -> int:
+        """Non-zero interrupts the running statement: the query's deadline passed."""
+        return 1 if time.monotonic() > self.deadline else 0
+
+
+def cell(value: object) -> object:
+    """A SQLite value as JSON: blobs as {"$b": hex}."""
+    if isinstance(value, bytes):
+        return {"$b": value.hex()}
+    return value
+
+
+def cell_bytes(value: object) -> int:
+    """Rough size of a value, for the byte cap."""
+    if isinstance(value, (str, bytes)):
+        return len(value) + 8
+    return 8
+
+
+def run(dbs: Databases, request: dict) -> dict:
+    """Run one query and return its reply."""
+    timeout_s = float(request.get("timeout_s", 2.0))
+    max_rows = int(request.get("max_rows", 100_000))
+    max_bytes = int(request.get("max_bytes", 64_000_000))
+    try:
+        conn = dbs.get(request["db"])
+    except sqlite3.Error as exc:
+        return {"ok": False, "error": "open_error", "message": f"cannot open {request['db']}: {exc}"}
+    started = time.monotonic()
+    dbs.deadline = started + timeout_s
+    rows: list[list[object]] = []
+    size = 0
+    try:
+        cursor = conn.execute(request["sql"])
+        if not cursor.description:  # empty, comment-only, or a statement that is not a query
+            return {"ok": False, "error": "not_allowed", "message": "the statement returns no result columns"}
+        columns = [d[0] for d in cursor.description]
+        while True:
+            chunk = cursor.fetchmany(FETCH_CHUNK)
+            if not chunk:
+                break
+            for row in chunk:
+                size += sum(cell_bytes(v) for v in row)
+                rows.append([cell(v) for v in row])
+            if len(rows) > max_rows:
+                raise Stop("too_large", f"more than {max_rows} rows")
+            if size > max_bytes:
+                raise Stop("too_large", f"more than {max_bytes} bytes of results")
+        cursor.close()
+    except Stop as exc:
+        return {"ok": False, "error": exc.code, "message": str(exc)}
+    except sqlite3.DatabaseError as exc:
+        message = str(exc)
+        if time.monotonic() > dbs.deadline or "interrupted" in message:
+            return {"ok": False, "error": "time_limit", "message": f"query ran past {timeout_s} s"}
+        code = "not_allowed" if "not authorized" in message or "prohibited" in message else "runtime_error"
+        return {"ok": False, "error": code, "message": message[:500]}
+    except (sqlite3.Warning, sqlite3.ProgrammingError, ValueError, OverflowError) as exc:
+        return {"ok": False, "error": "runtime_error", "message": str(exc)[:500]}
+    except MemoryError:
+        rows.clear()
+        return {"ok": False, "error": "too_large", "message": "result exceeded the worker's memory"}
+    return {"ok": True, "columns": columns, "rows": rows, "ms": round((time.monotonic() - started) * 1000, 3)}
+
+
+def main() -> None:
+    """Serve requests from stdin until it closes."""
+    dbs = Databases()
+    out = sys.stdout
+    out.write(json.dumps({"ready": True, "sqlite": sqlite3.sqlite_version}) + "\n")
+    out.flush()
+    for line in sys.stdin:
+        try:
+            reply = run(dbs, json.loads(line))
+        except (KeyError, TypeError, ValueError) as exc:
+            reply = {"ok": False, "error": "bad_request", "message": str(exc)}
+        try:
+            text = json.dumps(reply)
+        except (TypeError, ValueError) as exc:
+            text = json.dumps(
+                {"ok": False, "error": "runtime_error", "message": f"unencodable result: {exc}"}
+            )
+        out.write(text + "\n")
+        out.flush()
+
+
+if __name__ == "__main__":
+    main()
