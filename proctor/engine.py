@@ -7,9 +7,12 @@ give the same score for the same request.
 from __future__ import annotations
 
 import asyncio
+import contextvars
+import inspect
 import logging
 import threading
 import time
+from collections.abc import Coroutine
 from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any
@@ -106,6 +109,66 @@ def _run_inline(item: Prepared) -> Verdict:
         )
 
 
+def is_async(spec: VerifierSpec) -> bool:
+    """Whether a verifier is IO-bound: an `async def` score function (an LLM judge, an embeddings endpoint).
+
+    Such verifiers are awaited on an event loop, many at once, instead of blocking a thread or a pool worker
+    each while they wait on the network; they never go to the pool, whatever their execution says.
+    """
+    return inspect.iscoroutinefunction(spec.score)
+
+
+_current_engine: contextvars.ContextVar[Engine | None] = contextvars.ContextVar(
+    "proctor_engine", default=None
+)
+
+
+def current_engine() -> Engine:
+    """The engine running the current async verifier (so `multi` scores its parts through it), else the default."""
+    return _current_engine.get() or default_engine()
+
+
+async def _run_async(engine: Engine, item: Prepared) -> Verdict:
+    token = _current_engine.set(engine)
+    try:
+        coroutine = item.spec.score(item.response, item.reference, item.options)
+        return await asyncio.wait_for(coroutine, item.deadline_s)
+    except TimeoutError:
+        return Verdict.failure(Status.timeout, "deadline", deadline_s=item.deadline_s)
+    except Exception as exc:  # a verifier bug is a machinery failure, never a reward of 0
+        log.exception("verifier %s raised", item.spec.qualified_name)
+        return Verdict.failure(
+            Status.verifier_error, "verifier_exception", error=f"{type(exc).__name__}: {exc}"
+        )
+    finally:
+        _current_engine.reset(token)
+
+
+class _LoopThread:
+    """One event loop on a daemon thread, where synchronous callers run async verifiers."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        threading.Thread(target=self.loop.run_forever, name="proctor-async", daemon=True).start()
+
+    def run(self, coroutine: Coroutine[Any, Any, Any]) -> Any:
+        """Run a coroutine on the loop and block until it is done."""
+        return asyncio.run_coroutine_threadsafe(coroutine, self.loop).result()
+
+
+_loop_thread: _LoopThread | None = None
+
+
+def run_sync(coroutine: Coroutine[Any, Any, Any]) -> Any:
+    """Run a coroutine to completion from synchronous code, on the shared background event loop."""
+    global _loop_thread
+    if _loop_thread is None:
+        with _default_lock:
+            if _loop_thread is None:
+                _loop_thread = _LoopThread()
+    return _loop_thread.run(coroutine)
+
+
 class Engine:
     """Scores requests with a result cache and a lazily started worker pool."""
 
@@ -157,6 +220,8 @@ class Engine:
         Even a linear-time check takes seconds on a 10 MB response, which would stall every other request
         of the service's event loop, so past `inline_max_chars` the item gets a worker and a deadline.
         """
+        if is_async(item.spec):
+            return False
         return item.spec.execution == "inline" and item.size <= self.settings.inline_max_chars
 
     # -- building scores -------------------------------------------------------------------------
@@ -215,6 +280,8 @@ class Engine:
         cached = self._cached(item)
         if cached is not None:
             return cached
+        if is_async(item.spec):
+            return self._finish(item, run_sync(_run_async(self, item)))
         if self.runs_inline(item):
             return self._finish(item, _run_inline(item))
         return self._finish(item, self._verdict_of(self._submit(item, block=True)))
@@ -222,10 +289,31 @@ class Engine:
     def score_batch(self, requests: list[ScoreRequest | dict[str, Any]]) -> list[Score | ItemError]:
         """Score many requests in order; a bad item gets an ItemError in its slot, the rest still score."""
         results, deferred = self._score_chunk_inline(requests)
-        futures = [(index, item, self._submit(item, block=True)) for index, item in deferred]
+        waiting = [(index, item) for index, item in deferred if is_async(item.spec)]
+        futures = [
+            (index, item, self._submit(item, block=True))
+            for index, item in deferred
+            if not is_async(item.spec)
+        ]
+        if waiting:  # IO-bound items wait on the network together, while the pool works on the rest
+            verdicts = run_sync(_gather_async(self, [item for _, item in waiting]))
+            for (index, item), verdict in zip(waiting, verdicts, strict=True):
+                results[index] = self._finish(item, verdict)
         for index, item, future in futures:
             results[index] = self._finish(item, self._verdict_of(future))
         return results  # type: ignore[return-value]
+
+    async def score_nested(self, item: Prepared) -> Score:
+        """Score a validated request from inside an async verifier (`multi`), waiting for a pool slot if need be."""
+        cached = self._cached(item)
+        if cached is not None:
+            return cached
+        if is_async(item.spec):
+            return self._finish(item, await _run_async(self, item))
+        if self.runs_inline(item):
+            return self._finish(item, _run_inline(item))
+        future = await asyncio.to_thread(self._submit, item, block=True)
+        return self._finish(item, await asyncio.wrap_future(future))
 
     # -- asynchronous API (the HTTP service) -------------------------------------------------------
 
@@ -234,6 +322,8 @@ class Engine:
         cached = self._cached(item)
         if cached is not None:
             return cached
+        if is_async(item.spec):
+            return self._finish(item, await _run_async(self, item))
         if self.runs_inline(item):
             return self._finish(item, _run_inline(item))
         future = self._submit(item, block=False)
@@ -252,6 +342,13 @@ class Engine:
             for offset, value in enumerate(done):
                 results[start + offset] = value
             pooled.extend((start + offset, item) for offset, item in deferred)
+        waiting = [(index, item) for index, item in pooled if is_async(item.spec)]
+        pooled = [(index, item) for index, item in pooled if not is_async(item.spec)]
+
+        async def wait(index: int, item: Prepared) -> None:
+            results[index] = self._finish(item, await _run_async(self, item))
+
+        waiters = [asyncio.ensure_future(wait(index, item)) for index, item in waiting]
         if pooled:
             # Feed pool items with bounded outstanding work, so one huge batch cannot fill the pool's queue.
             window = asyncio.Semaphore(max(2, 4 * self.pool.workers))
@@ -262,6 +359,8 @@ class Engine:
                     results[index] = self._finish(item, await asyncio.wrap_future(future))
 
             await asyncio.gather(*(run(index, item) for index, item in pooled))
+        if waiters:
+            await asyncio.gather(*waiters)
         return results  # type: ignore[return-value]
 
     def _score_chunk_inline(
@@ -285,6 +384,10 @@ class Engine:
                 done.append(None)
                 deferred.append((offset, item))
         return done, deferred
+
+
+async def _gather_async(engine: Engine, items: list[Prepared]) -> list[Verdict]:
+    return list(await asyncio.gather(*(_run_async(engine, item) for item in items)))
 
 
 def _item_error(request: Any, exc: RequestError) -> ItemError:

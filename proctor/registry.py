@@ -5,7 +5,7 @@ from __future__ import annotations
 import importlib
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from importlib.metadata import entry_points
 from typing import Any, Literal
@@ -30,7 +30,7 @@ class BaseOptions(BaseModel):
     )
 
 
-ScoreFn = Callable[[Any, Any, Any], Verdict]
+ScoreFn = Callable[[Any, Any, Any], Verdict | Awaitable[Verdict]]  # async for IO-bound verifiers (judges)
 """(response, reference, options) -> Verdict; response is a str unless the spec accepts messages."""
 
 

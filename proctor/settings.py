@@ -100,6 +100,15 @@ class Settings(BaseSettings):
         description="Total time retries of one judge call (429, 5xx, dropped connections) may take.",
     )
 
+    # Embeddings (text.similarity metric=cosine, text_similarity graders)
+    embeddings_base_url: str = Field(
+        "",
+        description="OpenAI-compatible embeddings endpoint, e.g. http://127.0.0.1:8002/v1; empty: the local "
+        "all-MiniLM-L6-v2 model (extra `proctor[train]`).",
+    )
+    embeddings_model: str = Field("", description="Embeddings model name sent with each request.")
+    embeddings_api_key: str | None = Field(None, description="Bearer key for the embeddings endpoint.")
+
     # Result cache
     cache_size: int = Field(
         100_000, ge=0, description="Entries in the in-process LRU result cache; 0 disables it."

@@ -1,3 +1,4 @@
-"""Text verifiers: exact/regex answer matching (`text.match`) and multiple-choice (`text.choice`)."""
+"""Text verifiers: exact/regex answer matching (`text.match`), multiple-choice (`text.choice`) and similarity
+to reference text (`text.similarity`)."""
 
-from proctor.verifiers.text import choice, match  # noqa: F401  (importing registers them)
+from proctor.verifiers.text import choice, match, similarity  # noqa: F401  (importing registers them)

@@ -1,0 +1,587 @@
+"""OpenAI-graders-compatible routes: `POST /v1/graders/run` and `POST /v1/graders/validate`.
+
+They accept OpenAI's grader specs (`string_check`, `text_similarity`, `score_model`, `label_model`, `multi`
+with `calculate_output`) and answer in the shape of OpenAI's run response (`reward`, `sub_rewards`,
+`metadata` with `errors`, `model_grader_token_usage_per_model`), on Proctor's machinery: text similarity is
+the `text.similarity` verifier (through the engine and its pool), model graders use the judge client
+(cache, retries, bounded concurrency) on the configured OpenAI-compatible judge, and `calculate_output`
+is parsed by `verifiers/formula.py`, never `eval`.
+
+Templates: `{{item.path}}` and `{{sample.output_text}}` / `{{sample.output_json.path}}` (dots and [n]
+indexes); a non-string value is inserted as JSON.
+
+What goes wrong, and how it is answered:
+- the spec or a template variable is invalid, or a metric is not offered (`meteor`, `python` graders): 422
+  naming the field; the sample's `output_json` asked for but the sample is not JSON: 200, reward 0,
+  `errors.sample_parse_error`;
+- a model grader's reply is unparseable or a refusal: 200, reward 0, `model_grader_parse_error` /
+  `model_grader_refusal_error` (a wrong verdict, as for the judge verifiers);
+- the judge (or the embeddings endpoint, or the pool) fails: 503 with `errors.model_grader_server_error`
+  (or `other_error`) and the details, never a 200 with reward 0.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import time
+from typing import Annotated, Any, Literal
+
+from fastapi import APIRouter, Depends
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, model_validator
+from starlette.responses import Response
+
+from proctor.api.rendering import json_response
+from proctor.api.responses import error_responses
+from proctor.api.state import ServiceState, get_state
+from proctor.contract import RequestError, Status, request_error_from
+from proctor.engine import Engine, prepare
+from proctor.settings import get_settings
+from proctor.verifiers.formula import Formula, FormulaError
+from proctor.verifiers.judge import parse
+from proctor.verifiers.judge.client import JudgeError, Sampling, complete, judge_config
+
+router = APIRouter(prefix="/v1/graders", tags=["graders"])
+
+TEXT_METRICS = {
+    "fuzzy_match": "fuzzy_match",
+    "bleu": "bleu",
+    "gleu": "gleu",
+    "cosine": "cosine",
+    "rouge_1": "rouge_1",
+    "rouge_2": "rouge_2",
+    "rouge_3": "rouge_3",
+    "rouge_4": "rouge_4",
+    "rouge_5": "rouge_5",
+    "rouge_l": "rouge_l",
+}
+UNSUPPORTED_METRICS = {
+    "meteor": "METEOR needs NLTK's WordNet data, which is not shipped; use bleu, gleu or rouge_*"
+}
+ERROR_FLAGS = (
+    "formula_parse_error",
+    "sample_parse_error",
+    "truncated_observation_error",
+    "unresponsive_reward_error",
+    "invalid_variable_error",
+    "other_error",
+    "python_grader_server_error",
+    "python_grader_runtime_error",
+    "model_grader_server_error",
+    "model_grader_refusal_error",
+    "model_grader_parse_error",
+)
+GRADER_TYPES = frozenset({"string_check", "text_similarity", "score_model", "label_model", "python", "multi"})
+_TEMPLATE = re.compile(r"\{\{\s*([^{}]*?)\s*\}\}")
+_PATH_PART = re.compile(r"([^.\[\]]+)|\[(\d+)\]")
+
+
+# -- grader specs ------------------------------------------------------------------------------------------
+
+
+class _Grader(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(default="", max_length=200)
+
+
+class StringCheckGrader(_Grader):
+    """Compare two templated strings: eq, ne, like (contains), ilike (contains, any case)."""
+
+    type: Literal["string_check"]
+    input: str
+    reference: str
+    operation: Literal["eq", "ne", "like", "ilike"]
+
+
+class TextSimilarityGrader(_Grader):
+    """A similarity metric between the templated input and reference."""
+
+    type: Literal["text_similarity"]
+    input: str
+    reference: str
+    evaluation_metric: str
+    pass_threshold: float | None = None
+
+    @model_validator(mode="after")
+    def _known_metric(self) -> TextSimilarityGrader:
+        if self.evaluation_metric in UNSUPPORTED_METRICS:
+            raise ValueError(
+                f"evaluation_metric {self.evaluation_metric} is not supported: "
+                f"{UNSUPPORTED_METRICS[self.evaluation_metric]}"
+            )
+        if self.evaluation_metric not in TEXT_METRICS:
+            raise ValueError(
+                f"unknown evaluation_metric {self.evaluation_metric!r}; one of {sorted(TEXT_METRICS)}"
+            )
+        return self
+
+
+class InputMessage(BaseModel):
+    """One templated message of a model grader's prompt."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    role: Literal["system", "developer", "user", "assistant"]
+    content: str | dict[str, Any] | list[dict[str, Any]]
+    type: Literal["message"] | None = None
+
+
+class SamplingParams(BaseModel):
+    """OpenAI's sampling_params for model graders (reasoning_effort is accepted and ignored)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    temperature: float | None = Field(default=None, ge=0, le=2)
+    top_p: float | None = Field(default=None, gt=0, le=1)
+    seed: int | None = None
+    max_completions_tokens: int | None = Field(default=None, ge=1, le=32_768)
+    reasoning_effort: str | None = None
+
+
+class ScoreModelGrader(_Grader):
+    """A judge model gives a number in `range`; its reply is {"result": x} or the bare number."""
+
+    type: Literal["score_model"]
+    model: str = ""
+    input: list[InputMessage] = Field(min_length=1)
+    range: tuple[float, float] = (0.0, 1.0)
+    pass_threshold: float | None = None
+    sampling_params: SamplingParams | None = None
+
+    @model_validator(mode="after")
+    def _range(self) -> ScoreModelGrader:
+        if not self.range[0] < self.range[1]:
+            raise ValueError("range must be [min, max] with min < max")
+        return self
+
+
+class LabelModelGrader(_Grader):
+    """A judge model picks one of `labels`; reward 1 when it is one of `passing_labels`."""
+
+    type: Literal["label_model"]
+    model: str = ""
+    input: list[InputMessage] = Field(min_length=1)
+    labels: list[str] = Field(min_length=1)
+    passing_labels: list[str] = Field(min_length=1)
+    sampling_params: SamplingParams | None = None
+
+    @model_validator(mode="after")
+    def _passing_are_labels(self) -> LabelModelGrader:
+        unknown = set(self.passing_labels) - set(self.labels)
+        if unknown:
+            raise ValueError(f"passing_labels {sorted(unknown)} are not among labels")
+        return self
+
+
+class PythonGrader(_Grader):
+    """Accepted by the schema only to be rejected with a clear message."""
+
+    type: Literal["python"]
+    source: str = ""
+    image_tag: str | None = None
+
+    @model_validator(mode="after")
+    def _unsupported(self) -> PythonGrader:
+        raise ValueError("python graders are not supported here; run code through the `code` verifier")
+
+
+SimpleGrader = Annotated[
+    StringCheckGrader | TextSimilarityGrader | ScoreModelGrader | LabelModelGrader | PythonGrader,
+    Field(discriminator="type"),
+]
+
+
+class MultiGrader(_Grader):
+    """Named sub-graders combined by a `calculate_output` formula over their names."""
+
+    type: Literal["multi"]
+    graders: dict[str, SimpleGrader] = Field(min_length=1, max_length=16)
+    calculate_output: str = Field(min_length=1, max_length=2_000)
+
+    @model_validator(mode="after")
+    def _formula(self) -> MultiGrader:
+        for name in self.graders:
+            if not name.isidentifier():
+                raise ValueError(f"grader name {name!r} must be an identifier to appear in calculate_output")
+        try:
+            Formula(self.calculate_output, set(self.graders)).evaluate(dict.fromkeys(self.graders, 1.0))
+        except FormulaError as exc:
+            raise ValueError(f"calculate_output: {exc}") from None
+        return self
+
+
+AnyGrader = Annotated[
+    StringCheckGrader
+    | TextSimilarityGrader
+    | ScoreModelGrader
+    | LabelModelGrader
+    | PythonGrader
+    | MultiGrader,
+    Field(discriminator="type"),
+]
+_GRADER = TypeAdapter(AnyGrader)
+
+
+class JudgeOverride(BaseModel):
+    """Proctor extension: which judge serves the model graders of this request."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    base_url: str | None = None
+    model: str | None = None
+    api_key: str | None = None
+
+
+class RunRequest(BaseModel):
+    """OpenAI's run body: the grader, the model sample (populates `sample`) and the dataset item (`item`)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    grader: dict[str, Any]
+    model_sample: str
+    item: Any = None
+    reference_answer: Any = None
+    judge: JudgeOverride | None = None
+
+
+class ValidateRequest(BaseModel):
+    """OpenAI's validate body."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    grader: dict[str, Any]
+
+
+def parse_grader(raw: dict[str, Any]) -> Any:
+    """A validated grader spec; RequestError(422) naming the field (`grader.…`)."""
+    try:
+        return _GRADER.validate_python(raw)
+    except ValidationError as exc:
+        error = request_error_from(exc, "grader")
+    # pydantic puts the discriminator's value ("string_check", ...) into the location; it is not a field.
+    field = ".".join(part for part in (error.field or "grader").split(".") if part not in GRADER_TYPES)
+    message = error.message.replace(f"invalid {error.field}:", f"invalid {field}:")
+    raise RequestError(422, message, field)
+
+
+# -- templating ----------------------------------------------------------------------------------------------
+
+
+class TemplateError(Exception):
+    """A template variable that cannot be resolved (invalid_variable_error)."""
+
+
+class SampleNotJson(Exception):
+    """`sample.output_json` was asked for but the model sample is not JSON (sample_parse_error)."""
+
+
+def _lookup(root: Any, path: str, full: str) -> Any:
+    value = root
+    for match in _PATH_PART.finditer(path):
+        key, index = match.group(1), match.group(2)
+        if index is not None:
+            if not isinstance(value, list) or int(index) >= len(value):
+                raise TemplateError(f"{{{{{full}}}}}: no element {index}")
+            value = value[int(index)]
+        elif isinstance(value, dict) and key in value:
+            value = value[key]
+        else:
+            raise TemplateError(f"{{{{{full}}}}}: no field {key!r}")
+    return value
+
+
+def render(template: str, item: Any, sample: str) -> str:
+    """Substitute {{item.*}} and {{sample.*}} variables; TemplateError / SampleNotJson when one cannot be."""
+
+    def substitute(match: re.Match[str]) -> str:
+        full = match.group(1)
+        namespace, _, path = full.partition(".")
+        if namespace == "item":
+            value = _lookup(item, path, full) if path else item
+        elif namespace == "sample":
+            if path == "output_text":
+                value = sample
+            elif path == "output_json" or path.startswith(("output_json.", "output_json[")):
+                try:
+                    document = json.loads(sample)
+                except json.JSONDecodeError:
+                    raise SampleNotJson("the model sample is not valid JSON") from None
+                value = _lookup(document, path[len("output_json") :].lstrip("."), full)
+            else:
+                raise TemplateError(f"{{{{{full}}}}}: the sample namespace has output_text and output_json")
+        else:
+            raise TemplateError(f"{{{{{full}}}}}: only the item and sample namespaces exist")
+        return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+
+    return _TEMPLATE.sub(substitute, template)
+
+
+def check_templates(grader: Any, field: str = "grader") -> None:
+    """Every template variable names the item or sample namespace (a 422 naming the field otherwise)."""
+    if isinstance(grader, MultiGrader):
+        for name, sub in grader.graders.items():
+            check_templates(sub, f"{field}.graders.{name}")
+        return
+    texts: list[tuple[str, str]] = []
+    if isinstance(grader, (StringCheckGrader, TextSimilarityGrader)):
+        texts = [("input", grader.input), ("reference", grader.reference)]
+    elif isinstance(grader, (ScoreModelGrader, LabelModelGrader)):
+        texts = [(f"input.{i}.content", _content_text(m.content)) for i, m in enumerate(grader.input)]
+    for where, text in texts:
+        for match in _TEMPLATE.finditer(text):
+            namespace = match.group(1).partition(".")[0]
+            if namespace not in {"item", "sample"}:
+                raise RequestError(
+                    422,
+                    f"invalid {field}.{where}: {{{{{match.group(1)}}}}} is not in the item or sample namespace",
+                    f"{field}.{where}",
+                )
+
+
+def _content_text(content: str | dict[str, Any] | list[dict[str, Any]]) -> str:
+    parts = [content] if isinstance(content, (str, dict)) else content
+    return "".join(part if isinstance(part, str) else str(part.get("text", "")) for part in parts)
+
+
+# -- running -------------------------------------------------------------------------------------------------
+
+
+class Outcome:
+    """One grader's result, accumulated into OpenAI's response shape."""
+
+    def __init__(self, grader: Any):
+        self.grader = grader
+        self.reward = 0.0
+        self.errors: dict[str, Any] = dict.fromkeys(ERROR_FLAGS, False)
+        self.errors.update(
+            python_grader_server_error_type=None,
+            python_grader_runtime_error_details=None,
+            model_grader_server_error_details=None,
+        )
+        self.usage: dict[str, dict[str, int]] = {}
+        self.sampled_model: str | None = None
+        self.server_failure: str | None = None
+        self.sub_rewards: dict[str, float] = {}
+        self.scores: dict[str, Any] = {}
+
+    def merge(self, other: Outcome) -> None:
+        """Take a sub-grader's errors and usage into this (multi) outcome."""
+        for key, value in other.errors.items():
+            if value and not self.errors.get(key):
+                self.errors[key] = value
+        for model, usage in other.usage.items():
+            mine = self.usage.setdefault(model, {})
+            for name, value in usage.items():
+                mine[name] = mine.get(name, 0) + value
+        self.sampled_model = self.sampled_model or other.sampled_model
+        self.server_failure = self.server_failure or other.server_failure
+
+    def body(self, started: float) -> dict[str, Any]:
+        """OpenAI's run response."""
+        usage_total: dict[str, int] = {}
+        for usage in self.usage.values():
+            for name, value in usage.items():
+                usage_total[name] = usage_total.get(name, 0) + value
+        return {
+            "reward": self.reward,
+            "metadata": {
+                "name": self.grader.name,
+                "type": self.grader.type,
+                "errors": self.errors,
+                "execution_time": round(time.perf_counter() - started, 6),
+                "scores": self.scores,
+                "token_usage": usage_total or None,
+                "sampled_model_name": self.sampled_model,
+            },
+            "sub_rewards": self.sub_rewards,
+            "model_grader_token_usage_per_model": self.usage,
+        }
+
+
+def string_check(operation: str, text: str, reference: str) -> bool:
+    """OpenAI's string_check: eq, ne (case-sensitive), like (contains), ilike (contains, any case)."""
+    if operation == "eq":
+        return text == reference
+    if operation == "ne":
+        return text != reference
+    if operation == "like":
+        return reference in text
+    return reference.lower() in text.lower()
+
+
+async def run_grader(
+    grader: Any, item: Any, sample: str, engine: Engine, judge: JudgeOverride | None
+) -> Outcome:
+    """Run one grader spec on one sample; template problems raise RequestError(422)."""
+    outcome = Outcome(grader)
+    try:
+        if isinstance(grader, MultiGrader):
+            await _run_multi(grader, item, sample, engine, judge, outcome)
+        elif isinstance(grader, StringCheckGrader):
+            text, reference = render(grader.input, item, sample), render(grader.reference, item, sample)
+            outcome.reward = float(string_check(grader.operation, text, reference))
+        elif isinstance(grader, TextSimilarityGrader):
+            await _run_similarity(grader, item, sample, engine, outcome)
+        else:
+            await _run_model(grader, item, sample, judge, outcome)
+    except TemplateError as exc:
+        raise RequestError(422, f"invalid_variable_error: {exc}", "item") from None
+    except SampleNotJson as exc:
+        outcome.errors["sample_parse_error"] = True
+        outcome.scores["sample_parse_error"] = str(exc)
+        outcome.reward = 0.0
+    return outcome
+
+
+async def _run_multi(
+    grader: MultiGrader, item: Any, sample: str, engine: Engine, judge: JudgeOverride | None, outcome: Outcome
+) -> None:
+    names = list(grader.graders)
+    subs = await asyncio.gather(*(run_grader(grader.graders[n], item, sample, engine, judge) for n in names))
+    for name, sub in zip(names, subs, strict=True):
+        outcome.merge(sub)
+        outcome.sub_rewards[name] = sub.reward
+    if outcome.server_failure:
+        return
+    try:
+        outcome.reward = Formula(grader.calculate_output, set(names)).evaluate(outcome.sub_rewards)
+    except FormulaError as exc:
+        outcome.errors["formula_parse_error"] = True
+        outcome.errors["other_error"] = True
+        raise RequestError(422, f"calculate_output: {exc}", "grader.calculate_output") from None
+
+
+async def _run_similarity(
+    grader: TextSimilarityGrader, item: Any, sample: str, engine: Engine, outcome: Outcome
+) -> None:
+    text, reference = render(grader.input, item, sample), render(grader.reference, item, sample)
+    if not reference.strip():
+        raise RequestError(422, "the rendered reference is empty", "grader.reference")
+    request = {
+        "verifier": "text.similarity",
+        "response": text,
+        "reference": reference,
+        "options": {"metric": TEXT_METRICS[grader.evaluation_metric], "extract": "none"},
+    }
+    score = await engine.score_nested(prepare(request))
+    if score.status is not Status.ok:
+        flag = "model_grader_server_error" if score.status is Status.judge_error else "other_error"
+        outcome.errors[flag] = True
+        outcome.errors["model_grader_server_error_details"] = f"{score.status.value}: {score.reason}"
+        outcome.server_failure = f"text_similarity failed: {score.status.value} ({score.reason})"
+        return
+    outcome.reward = float(score.details.get("score", score.reward))
+    if grader.pass_threshold is not None:
+        outcome.scores["passed"] = outcome.reward >= grader.pass_threshold
+
+
+def _messages(grader: ScoreModelGrader | LabelModelGrader, item: Any, sample: str) -> list[dict[str, Any]]:
+    messages = []
+    for message in grader.input:
+        role = "system" if message.role == "developer" else message.role
+        messages.append({"role": role, "content": render(_content_text(message.content), item, sample)})
+    if isinstance(grader, LabelModelGrader):
+        instruction = (
+            f'Answer with one JSON object {{"result": <label>}} where the label is one of {grader.labels}.'
+        )
+    else:
+        instruction = f'Answer with one JSON object {{"result": <number from {grader.range[0]:g} to {grader.range[1]:g}>}}.'
+    # Appended to the last user message: many chat templates accept a system message only in first place.
+    users = [index for index, message in enumerate(messages) if message["role"] == "user"]
+    if users:
+        messages[users[-1]]["content"] += "\n\n" + instruction
+    else:
+        messages.append({"role": "user", "content": instruction})
+    return messages
+
+
+def _sampling(params: SamplingParams | None) -> Sampling:
+    if params is None:
+        return Sampling()
+    return Sampling(
+        temperature=params.temperature if params.temperature is not None else 0.0,
+        max_tokens=params.max_completions_tokens or 1024,
+        top_p=params.top_p,
+        seed=params.seed,
+    )
+
+
+async def _run_model(
+    grader: ScoreModelGrader | LabelModelGrader,
+    item: Any,
+    sample: str,
+    judge: JudgeOverride | None,
+    outcome: Outcome,
+) -> None:
+    messages = _messages(grader, item, sample)
+    settings = get_settings()
+    override = judge or JudgeOverride()
+    try:
+        # The configured judge model serves specs written for hosted models, unless the request names one.
+        config = judge_config(
+            override.base_url, override.model or settings.judge_model or grader.model, override.api_key
+        )
+        reply = await complete(config, messages, _sampling(grader.sampling_params))
+    except JudgeError as exc:
+        outcome.errors["model_grader_server_error"] = True
+        outcome.errors["model_grader_server_error_details"] = f"{exc.reason}: {exc.message}"
+        outcome.server_failure = f"{exc.reason}: {exc.message}"
+        return
+    outcome.sampled_model = reply.model
+    if not reply.cached:
+        outcome.usage[reply.model] = dict(reply.usage)
+    if reply.text is None:
+        outcome.errors["model_grader_refusal_error"] = True
+        return
+    try:
+        if isinstance(grader, ScoreModelGrader):
+            outcome.reward = parse.model_score(reply.text, *grader.range)
+            if grader.pass_threshold is not None:
+                outcome.scores["passed"] = outcome.reward >= grader.pass_threshold
+        else:
+            label = parse.model_label(reply.text, grader.labels)
+            outcome.scores["label"] = label
+            outcome.reward = float(label in grader.passing_labels)
+    except parse.Unparseable as exc:
+        outcome.errors["model_grader_parse_error"] = True
+        outcome.scores["parse_error"] = str(exc)
+        outcome.reward = 0.0
+
+
+# -- routes --------------------------------------------------------------------------------------------------
+
+
+@router.post("/run", responses=error_responses(400, 401, 413, 422, 429), summary="Run an OpenAI grader spec")
+async def run(body: RunRequest, state: ServiceState = Depends(get_state)) -> Response:
+    """Grade one model sample with an OpenAI grader spec; OpenAI's run response shape."""
+    started = time.perf_counter()
+    grader = parse_grader(body.grader)
+    check_templates(grader)
+    item = (
+        body.item
+        if body.item is not None
+        else ({"reference_answer": body.reference_answer} if body.reference_answer is not None else {})
+    )
+    engine = state.require_engine()
+    async with state.admission.slot():
+        outcome = await run_grader(grader, item, body.model_sample, engine, body.judge)
+    result = outcome.body(started)
+    if outcome.server_failure:
+        # A machinery failure is not a grade: 503, with OpenAI's error flags for clients that read them.
+        result["error"] = {"status": 503, "message": outcome.server_failure, "field": None}
+        return json_response(
+            result, status_code=503, headers={"Retry-After": str(state.settings.retry_after_s)}
+        )
+    return json_response(result)
+
+
+@router.post(
+    "/validate", responses=error_responses(400, 401, 413, 422), summary="Validate an OpenAI grader spec"
+)
+async def validate(body: ValidateRequest) -> Response:
+    """A dry run: parse the spec, check its metrics, templates and formula (evaluated with every sub-reward 1)."""
+    grader = parse_grader(body.grader)
+    check_templates(grader)
+    return json_response({"grader": grader.model_dump(mode="json", exclude_none=True)})

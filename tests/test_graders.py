@@ -1,0 +1,397 @@
+"""The service with a judge: judge verifiers over /v1/score and the OpenAI-graders routes, through real uvicorn
+with PROCTOR_JUDGE_BASE_URL pointing at the scripted stand-in judge."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from proctor.api.graders import render, string_check
+from tests.conftest import ServerProcess, free_port, server_env
+from tests.judge_server import Drop, Error, JudgeServer, Refusal, Reply, keyword_rubric_judge, user_text
+
+RUBRIC = {"items": [{"criterion": "Names paris", "points": 2}, {"criterion": "Mentions france"}]}
+
+
+@pytest.fixture(scope="module")
+def judge() -> Iterator[JudgeServer]:
+    with JudgeServer(keyword_rubric_judge) as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def service(judge: JudgeServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    env = server_env(
+        free_port(),
+        PROCTOR_JUDGE_BASE_URL=judge.base_url,
+        PROCTOR_JUDGE_MODEL="stand-in",
+        PROCTOR_JUDGE_TIMEOUT_S="1",
+        PROCTOR_JUDGE_RETRY_BUDGET_S="0.5",
+        PROCTOR_POOL_WORKERS="1",
+    )
+    server = ServerProcess(env, Path(tmp_path_factory.mktemp("graders")) / "server.log")
+    try:
+        server.wait_ready()
+        yield server.base_url
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def http(service: str, judge: JudgeServer) -> Iterator[httpx.Client]:
+    judge.responder = keyword_rubric_judge
+    judge.reset_script()
+    with httpx.Client(base_url=service, timeout=30) as client:
+        yield client
+
+
+def run(http: httpx.Client, grader: dict, sample: str, item: dict | None = None) -> httpx.Response:
+    return http.post("/v1/graders/run", json={"grader": grader, "model_sample": sample, "item": item or {}})
+
+
+# -- judge verifiers through the service ----------------------------------------------------------------------
+
+
+def test_judge_verifiers_are_listed(http):
+    names = {entry["name"] for entry in http.get("/v1/verifiers").json()}
+    assert {
+        "judge.rubric",
+        "judge.principles",
+        "judge.equivalence",
+        "judge.pairwise",
+        "multi",
+        "text.similarity",
+    } <= names
+
+
+def test_rubric_over_http_uses_the_configured_judge(http, judge):
+    body = http.post(
+        "/v1/score",
+        json={"verifier": "judge.rubric", "response": "Paris, not in France", "reference": RUBRIC},
+    )
+    score = body.json()
+    assert body.status_code == 200 and score["status"] == "ok" and score["reward"] == 1.0
+    assert score["details"]["judge_model"] == "stand-in" and judge.requests[-1]["model"] == "stand-in"
+
+
+@pytest.mark.parametrize("action", [Error(500), Drop()])
+def test_a_judge_outage_over_http_is_judge_error(http, judge, action):
+    judge.script(*[action] * 40)
+    score = http.post(
+        "/v1/score", json={"verifier": "judge.rubric", "response": f"Paris {action}", "reference": RUBRIC}
+    ).json()
+    assert (
+        score["status"] == "judge_error" and score["correct"] is None and score["reason"].startswith("judge_")
+    )
+
+
+def test_batch_mixes_judge_and_rule_verifiers(http, judge):
+    before = judge.calls
+    items = [
+        {
+            "id": i,
+            "verifier": "judge.rubric",
+            "response": ["Paris", "Paris, France"][i % 2] + " batch",
+            "reference": RUBRIC,
+        }
+        for i in range(8)
+    ] + [{"id": "m", "verifier": "text.match", "response": "\\boxed{4}", "reference": "4"}]
+    results = http.post("/v1/score/batch", json={"items": items}).json()["results"]
+    assert [r["id"] for r in results] == [*range(8), "m"]
+    assert [r["reward"] for r in results] == pytest.approx([2 / 3, 1.0] * 4 + [1.0])
+    assert judge.calls - before == 2  # two distinct responses: one judge call each
+
+
+# -- graders: pure parts ----------------------------------------------------------------------------------------
+
+
+def test_string_check_operations():
+    assert string_check("eq", "Paris", "Paris") and not string_check("eq", "paris", "Paris")
+    assert string_check("ne", "Lyon", "Paris")
+    assert string_check("like", "in Paris today", "Paris") and not string_check("like", "in paris", "Paris")
+    assert string_check("ilike", "in PARIS today", "paris")
+
+
+def test_templates():
+    item = {"answer": {"city": "Paris", "alts": ["Paname"]}, "n": 3}
+    assert render("{{ item.answer.city }}/{{item.answer.alts[0]}}/{{item.n}}", item, "s") == "Paris/Paname/3"
+    assert render("{{sample.output_text}}|{{sample.output_json.a}}", {}, '{"a": [1]}') == '{"a": [1]}|[1]'
+
+
+# -- graders over HTTP ----------------------------------------------------------------------------------------------
+
+
+def test_string_check_with_templates(http):
+    grader = {
+        "type": "string_check",
+        "name": "city",
+        "input": "{{sample.output_text}}",
+        "reference": "{{item.city}}",
+        "operation": "ilike",
+    }
+    body = run(http, grader, "It is PARIS.", {"city": "Paris"}).json()
+    assert (
+        body["reward"] == 1.0
+        and body["metadata"]["type"] == "string_check"
+        and body["metadata"]["name"] == "city"
+    )
+    assert set(body["metadata"]["errors"]) >= {
+        "formula_parse_error",
+        "model_grader_server_error",
+        "invalid_variable_error",
+    }
+    assert not any(value for value in body["metadata"]["errors"].values())
+    assert run(http, {**grader, "operation": "eq"}, "It is PARIS.", {"city": "Paris"}).json()["reward"] == 0.0
+
+
+@pytest.mark.parametrize("metric", ["fuzzy_match", "bleu", "gleu", "rouge_1", "rouge_l"])
+def test_text_similarity(http, metric):
+    grader = {
+        "type": "text_similarity",
+        "name": "sim",
+        "input": "{{sample.output_text}}",
+        "reference": "{{item.ref}}",
+        "evaluation_metric": metric,
+        "pass_threshold": 0.5,
+    }
+    same = run(http, grader, "the cat sat on the mat", {"ref": "the cat sat on the mat"}).json()
+    near = run(http, grader, "the cat sat on a mat", {"ref": "the cat sat on the mat"}).json()
+    assert same["reward"] == pytest.approx(1.0) and same["metadata"]["scores"]["passed"] is True
+    assert 0.0 < near["reward"] < 1.0
+
+
+def test_score_model_grader(http, judge):
+    judge.responder = lambda messages: json.dumps({"result": 0.8, "steps": []})
+    grader = {
+        "type": "score_model",
+        "name": "judge",
+        "model": "gpt-4o-2024-08-06",
+        "input": [
+            {"role": "developer", "content": "Grade 0-1."},
+            {
+                "role": "user",
+                "content": [
+                    {"type": "input_text", "text": "Ref: {{item.ref}}\nAnswer: {{sample.output_text}}"}
+                ],
+            },
+        ],
+        "range": [0, 1],
+        "sampling_params": {"temperature": 0.2, "seed": 7},
+    }
+    body = run(http, grader, "Paris", {"ref": "Paris"}).json()
+    assert body["reward"] == 0.8 and body["metadata"]["sampled_model_name"] == "stand-in"
+    sent = judge.requests[-1]
+    assert "Ref: Paris\nAnswer: Paris" in user_text(sent["messages"])
+    assert sent["messages"][0]["role"] == "system" and sent["temperature"] == 0.2 and sent["seed"] == 7
+    assert body["model_grader_token_usage_per_model"]["stand-in"]["total_tokens"] > 0
+
+
+@pytest.mark.parametrize(
+    ("action", "flag"),
+    [
+        (Reply("about 0.8 I think"), "model_grader_parse_error"),
+        (Refusal(), "model_grader_refusal_error"),
+        (Reply('{"result": 7}'), "model_grader_parse_error"),
+    ],
+)
+def test_model_grader_replies_without_a_score(http, judge, action, flag):
+    judge.script(action)
+    grader = {
+        "type": "score_model",
+        "name": "g",
+        "input": [{"role": "user", "content": f"Score {flag} {action}"}],
+    }
+    response = run(http, grader, "x")
+    assert response.status_code == 200
+    assert response.json()["reward"] == 0.0 and response.json()["metadata"]["errors"][flag] is True
+
+
+def test_model_grader_outage_is_503_not_a_grade(http, judge):
+    judge.script(*[Error(500)] * 40)
+    grader = {"type": "score_model", "name": "g", "input": [{"role": "user", "content": "Score the outage"}]}
+    response = run(http, grader, "x")
+    assert response.status_code == 503 and response.headers["retry-after"]
+    body = response.json()
+    assert body["metadata"]["errors"]["model_grader_server_error"] is True
+    assert "judge_http_500" in body["metadata"]["errors"]["model_grader_server_error_details"]
+
+
+def test_label_model_grader(http, judge):
+    judge.responder = lambda messages: '{"result": "correct"}'
+    grader = {
+        "type": "label_model",
+        "name": "lbl",
+        "model": "x",
+        "input": [{"role": "user", "content": "Label {{sample.output_text}}"}],
+        "labels": ["correct", "incorrect"],
+        "passing_labels": ["correct"],
+    }
+    body = run(http, grader, "Paris").json()
+    assert body["reward"] == 1.0 and body["metadata"]["scores"]["label"] == "correct"
+    judge.responder = lambda messages: "incorrect"
+    assert run(http, {**grader, "name": "lbl2"}, "Lyon").json()["reward"] == 0.0
+
+
+def test_multi_grader_with_calculate_output(http, judge):
+    judge.responder = lambda messages: '{"result": 0.5}'
+    grader = {
+        "type": "multi",
+        "name": "combo",
+        "graders": {
+            "name": {
+                "type": "string_check",
+                "name": "n",
+                "input": "{{sample.output_json.name}}",
+                "reference": "{{item.name}}",
+                "operation": "eq",
+            },
+            "args": {
+                "type": "text_similarity",
+                "name": "a",
+                "input": "{{sample.output_json.args}}",
+                "reference": "{{item.args}}",
+                "evaluation_metric": "fuzzy_match",
+            },
+            "model": {
+                "type": "score_model",
+                "name": "m",
+                "input": [{"role": "user", "content": "{{sample.output_text}}"}],
+            },
+        },
+        "calculate_output": "0.5 * name + 0.25 * args + 0.25 * model ^ 1",
+    }
+    sample = json.dumps({"name": "get_weather", "args": {"city": "Paris"}})
+    body = run(http, grader, sample, {"name": "get_weather", "args": {"city": "Paris"}}).json()
+    assert body["sub_rewards"] == {"name": 1.0, "args": 1.0, "model": 0.5}
+    assert body["reward"] == pytest.approx(0.5 + 0.25 + 0.125) and body["metadata"]["type"] == "multi"
+    not_json = run(http, grader, "plain text", {"name": "get_weather", "args": {}}).json()
+    assert (
+        not_json["metadata"]["errors"]["sample_parse_error"] is True
+        and not_json["sub_rewards"]["name"] == 0.0
+    )
+
+
+@pytest.mark.parametrize(
+    ("grader", "field", "words"),
+    [
+        (
+            {
+                "type": "text_similarity",
+                "name": "s",
+                "input": "a",
+                "reference": "b",
+                "evaluation_metric": "meteor",
+            },
+            "grader",
+            "WordNet",
+        ),
+        ({"type": "python", "name": "p", "source": "def grade(s, i): return 1"}, "grader", "not supported"),
+        (
+            {
+                "type": "string_check",
+                "name": "s",
+                "input": "{{env.HOME}}",
+                "reference": "x",
+                "operation": "eq",
+            },
+            "grader.input",
+            "namespace",
+        ),
+        (
+            {
+                "type": "multi",
+                "name": "m",
+                "graders": {
+                    "a": {
+                        "type": "string_check",
+                        "name": "a",
+                        "input": "x",
+                        "reference": "x",
+                        "operation": "eq",
+                    }
+                },
+                "calculate_output": "a + __import__('os')",
+            },
+            "grader",
+            "calculate_output",
+        ),
+        (
+            {
+                "type": "multi",
+                "name": "m",
+                "graders": {
+                    "a": {
+                        "type": "string_check",
+                        "name": "a",
+                        "input": "x",
+                        "reference": "x",
+                        "operation": "eq",
+                    }
+                },
+                "calculate_output": "a / (a - 1)",
+            },
+            "grader",
+            "calculate_output",
+        ),
+        (
+            {"type": "string_check", "name": "s", "input": "x", "reference": "x", "operation": "regex"},
+            "grader.operation",
+            "eq",
+        ),
+        (
+            {
+                "type": "label_model",
+                "name": "l",
+                "input": [{"role": "user", "content": "x"}],
+                "labels": ["a"],
+                "passing_labels": ["b"],
+            },
+            "grader",
+            "passing_labels",
+        ),
+    ],
+)
+def test_validate_rejects_bad_specs_naming_the_field(http, grader, field, words):
+    for route, body in (
+        ("/v1/graders/validate", {"grader": grader}),
+        ("/v1/graders/run", {"grader": grader, "model_sample": "x"}),
+    ):
+        response = http.post(route, json=body)
+        assert response.status_code == 422, (route, response.text)
+        error = response.json()["error"]
+        assert error["field"].startswith(field) and words in error["message"], error
+
+
+def test_validate_accepts_and_echoes_a_good_spec(http):
+    grader = {
+        "type": "multi",
+        "name": "m",
+        "calculate_output": "max(a, 0)",
+        "graders": {
+            "a": {
+                "type": "string_check",
+                "name": "a",
+                "input": "{{sample.output_text}}",
+                "reference": "{{item.x}}",
+                "operation": "like",
+            }
+        },
+    }
+    response = http.post("/v1/graders/validate", json={"grader": grader})
+    assert response.status_code == 200 and response.json()["grader"]["graders"]["a"]["operation"] == "like"
+
+
+def test_missing_item_variable_is_422(http):
+    grader = {
+        "type": "string_check",
+        "name": "s",
+        "input": "{{item.missing}}",
+        "reference": "x",
+        "operation": "eq",
+    }
+    response = run(http, grader, "x", {"present": 1})
+    assert response.status_code == 422 and "missing" in response.json()["error"]["message"]

@@ -1,0 +1,495 @@
+"""The judge client and the judge.* verifiers against the scripted stand-in judge (a real local HTTP server)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+
+import pytest
+
+from proctor.contract import Status
+from proctor.engine import Engine
+from proctor.settings import Settings, get_settings
+from proctor.verifiers.judge import client, parse
+from proctor.verifiers.judge.client import JudgeConfig, JudgeError, Sampling
+from tests.judge_server import (
+    Drop,
+    Error,
+    Hold,
+    JudgeServer,
+    Refusal,
+    Reply,
+    Slow,
+    keyword_rubric_judge,
+    user_text,
+)
+
+RUBRIC = {
+    "prompt": "What is the capital of France?",
+    "items": [
+        {"criterion": "Names the city paris", "points": 3},
+        {"criterion": "Mentions the country france", "points": 1},
+        {"criterion": "Insults the user idiot", "points": -2},
+    ],
+}
+
+
+@pytest.fixture(scope="module")
+def judge() -> Iterator[JudgeServer]:
+    with JudgeServer(keyword_rubric_judge) as server:
+        yield server
+
+
+@pytest.fixture(autouse=True)
+def fresh(judge: JudgeServer, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Short time limits, an empty reply cache, the keyword judge and no leftover scripted actions."""
+    monkeypatch.setenv("PROCTOR_JUDGE_TIMEOUT_S", "0.5")
+    monkeypatch.setenv("PROCTOR_JUDGE_RETRY_BUDGET_S", "1.5")
+    monkeypatch.setenv("PROCTOR_JUDGE_MODEL", "stand-in")
+    monkeypatch.delenv("PROCTOR_JUDGE_BASE_URL", raising=False)
+    get_settings.cache_clear()
+    client.reset()
+    judge.responder = keyword_rubric_judge
+    judge.reset_script()
+    yield
+    get_settings.cache_clear()
+
+
+@pytest.fixture(scope="module")
+def engine() -> Iterator[Engine]:
+    engine = Engine(Settings(cache_size=0, pool_workers=1))
+    yield engine
+    engine.close()
+
+
+def score(engine: Engine, judge: JudgeServer, verifier: str, response: str, reference, **options):
+    return engine.score(
+        {
+            "verifier": verifier,
+            "response": response,
+            "reference": reference,
+            "options": {"base_url": judge.base_url, **options},
+        }
+    )
+
+
+# -- strict parsing ------------------------------------------------------------------------------------------
+
+
+def test_item_verdicts_accept_one_json_object_with_reasons_first():
+    reply = '```json\n{"verdicts": [{"id": 2, "reason": "no", "met": false}, {"id": 1, "reason": "yes", "met": true}]}\n```'
+    assert parse.item_verdicts(reply, 2) == [(True, "yes"), (False, "no")]
+    assert parse.item_verdicts(
+        '<think>{"met": 1}</think>{"verdicts": [{"id": 1, "reason": "r", "met": true}]}', 1
+    )
+
+
+@pytest.mark.parametrize(
+    "reply",
+    [
+        '{"verdicts": [{"id": 1, "met": true, "reason": "decided first"}]}',  # decision before reason
+        '{"verdicts": [{"id": 1, "reason": "r", "met": "yes"}]}',  # not a boolean
+        '{"verdicts": [{"id": 1, "reason": "r", "met": true}, {"id": 1, "reason": "r", "met": false}]}',
+        '{"verdicts": []}',  # missing item
+        'Sure! {"verdicts": [{"id": 1, "reason": "r", "met": true}]}',  # prose around the JSON
+        "item 1: met",
+        '{"verdicts": [{"id": 3, "reason": "r", "met": true}]}',  # no such item
+    ],
+)
+def test_item_verdicts_reject_anything_else(reply):
+    with pytest.raises(parse.Unparseable):
+        parse.item_verdicts(reply, 1)
+
+
+def test_result_and_final_decision_are_strict():
+    assert parse.result_score("Good.\n[RESULT] 7", 0, 10) == 7.0
+    assert parse.result_score("[RESULT] 7\n...so [RESULT] 7", 0, 10) == 7.0
+    for bad in ("7/10", "[RESULT] 11", "[RESULT] 3 or [RESULT] 4", "[RESULT] 6.5"):
+        with pytest.raises(parse.Unparseable):
+            parse.result_score(bad, 0, 10)
+    assert parse.final_decision("reasoning\nFinal Decision: Yes") is True
+    assert parse.final_decision("**Final Decision:** no") is False
+    for bad in ("Yes", "Final Decision: maybe", "Final Decision: Yes\nFinal Decision: No"):
+        with pytest.raises(parse.Unparseable):
+            parse.final_decision(bad)
+    assert parse.final_decision("<think>Final Decision: No</think>Final Decision: Yes") is True
+
+
+def test_preference_and_model_outputs():
+    assert parse.preference('{"reason": "A is right", "winner": "a"}') == ("A", "A is right")
+    with pytest.raises(parse.Unparseable):
+        parse.preference('{"winner": "A", "reason": "after"}')
+    assert parse.model_score('{"result": 0.75, "steps": []}', 0, 1) == 0.75
+    assert parse.model_score(" 3 ", 1, 5) == 3.0
+    with pytest.raises(parse.Unparseable):
+        parse.model_score("I'd say 0.7", 0, 1)
+    assert parse.model_label('{"result": "good"}', ["good", "bad"]) == "good"
+    with pytest.raises(parse.Unparseable):
+        parse.model_label("excellent", ["good", "bad"])
+
+
+# -- the client ----------------------------------------------------------------------------------------------
+
+
+def _config(judge: JudgeServer, timeout_s: float = 0.5, budget_s: float = 1.5) -> JudgeConfig:
+    return JudgeConfig(judge.base_url, "stand-in", "secret", timeout_s, budget_s, 4)
+
+
+async def _ask(judge: JudgeServer, text: str = "hello", **config) -> client.Reply:
+    return await client.complete(_config(judge, **config), [{"role": "user", "content": text}], Sampling())
+
+
+async def test_reply_usage_and_headers(judge):
+    judge.script(Reply("Final Decision: Yes"))
+    reply = await _ask(judge)
+    assert reply.text == "Final Decision: Yes" and not reply.cached
+    assert reply.usage["total_tokens"] > 0 and reply.model == "stand-in"
+    assert judge.requests[-1]["model"] == "stand-in" and judge.requests[-1]["temperature"] == 0.0
+
+
+async def test_429_then_success_honours_retry_after(judge):
+    before = judge.calls
+    judge.script(Error(429, retry_after="0.05"), Reply("ok"))
+    reply = await _ask(judge, "retry me")
+    assert reply.text == "ok" and reply.attempts == 2
+    assert judge.calls - before == 2
+
+
+async def test_500_dropped_and_slow_calls_are_retried(judge):
+    judge.script(Error(500), Drop(), Slow(2.0), Reply("fine"))
+    reply = await _ask(judge, "flaky", budget_s=5.0)
+    assert reply.text == "fine" and reply.attempts == 4
+
+
+@pytest.mark.parametrize(
+    ("actions", "reason"),
+    [
+        ([Error(500)] * 30, "judge_http_500"),
+        ([Drop()] * 30, "judge_unreachable"),
+        ([Slow(3.0)] * 30, "judge_timeout"),
+        ([Error(429, retry_after="30")], "judge_http_429"),  # waiting would overrun the budget
+    ],
+)
+async def test_outages_raise_within_the_retry_budget(judge, actions, reason):
+    judge.script(*actions)
+    with pytest.raises(JudgeError) as failed:
+        await _ask(judge, f"outage {reason}", timeout_s=0.3, budget_s=0.6)
+    assert failed.value.reason == reason
+
+
+async def test_client_errors_are_not_retried(judge):
+    before = judge.calls
+    judge.script(Error(401))
+    with pytest.raises(JudgeError) as failed:
+        await _ask(judge, "unauthorised")
+    assert failed.value.reason == "judge_http_401" and judge.calls - before == 1
+
+
+async def test_unreachable_endpoint(judge):
+    config = JudgeConfig("http://127.0.0.1:9/v1", "m", None, 0.3, 0.3, 2)
+    with pytest.raises(JudgeError) as failed:
+        await client.complete(config, [{"role": "user", "content": "x"}], Sampling())
+    assert failed.value.reason == "judge_unreachable"
+
+
+async def test_identical_calls_share_one_request_and_the_cache(judge):
+    import asyncio
+
+    before = judge.calls
+    judge.responder = lambda messages: "same"
+    replies = await asyncio.gather(*(_ask(judge, "grpo group") for _ in range(16)))
+    assert {reply.text for reply in replies} == {"same"}
+    assert judge.calls - before == 1
+    again = await _ask(judge, "grpo group")
+    assert again.cached and judge.calls - before == 1
+    assert client.STATS.joined + client.STATS.cache_hits == 16
+
+
+async def test_sampling_settings_and_sample_index_are_part_of_the_key(judge):
+    config = _config(judge)
+    messages = [{"role": "user", "content": "k"}]
+    before = judge.calls
+    await client.complete(config, messages, Sampling(temperature=0.7), 0)
+    await client.complete(config, messages, Sampling(temperature=0.7), 1)
+    await client.complete(config, messages, Sampling(temperature=0.0), 0)
+    await client.complete(config, messages, Sampling(temperature=0.7), 0)
+    assert judge.calls - before == 3
+
+
+def test_retry_after_and_backoff():
+    assert client.parse_retry_after("2") == 2.0
+    assert client.parse_retry_after("soon") is None
+    assert client.parse_retry_after("Wed, 21 Oct 2015 07:28:00 GMT") == 0.0
+    delays = [client.backoff_delay(attempt) for attempt in range(1, 12)]
+    assert all(delay <= client.BACKOFF_CAP_S for delay in delays) and delays[3] > client.BACKOFF_BASE_S
+
+
+# -- judge.rubric ----------------------------------------------------------------------------------------------
+
+
+def test_rubric_explicit_points_with_a_pitfall(engine, judge):
+    right = score(engine, judge, "judge.rubric", "Paris, in France.", RUBRIC)
+    assert right.status is Status.ok and right.reward == 1.0
+    partial = score(engine, judge, "judge.rubric", "It is Paris, idiot.", RUBRIC)
+    assert partial.reward == pytest.approx((3 - 2) / 4)
+    assert [item["met"] for item in partial.details["items"]] == [1.0, 0.0, 1.0]
+    details = partial.details
+    assert details["judge_model"] == "stand-in" and details["judge_calls"] == 1
+    assert len(details["prompt_hashes"]) == 1 and details["token_usage"]["total_tokens"] > 0
+    none = score(engine, judge, "judge.rubric", "Lyon, idiot.", RUBRIC)
+    assert none.reward == 0.0 and none.reason == "rubric_unmet"  # clipped at 0
+
+
+def test_rubric_judge_sees_only_llm_items_and_the_response_after_think(engine, judge):
+    reference = {
+        "items": [
+            {"criterion": "Mentions paris", "points": 1},
+            {"criterion": "Has a box", "kind": "regex", "pattern": r"\\boxed\{"},
+        ]
+    }
+    result = score(engine, judge, "judge.rubric", "<think>secret plan</think>Paris \\boxed{1}", reference)
+    assert result.reward == 1.0
+    prompt = user_text(judge.requests[-1]["messages"])
+    assert "Has a box" not in prompt and "secret plan" not in prompt
+
+
+def test_rubric_implicit_mode(engine, judge):
+    result = score(engine, judge, "judge.rubric", "Paris", RUBRIC, mode="implicit")
+    # The keyword judge meets 1 of 3 criteria: [RESULT] 3 -> 0.3 of the llm items' positive points.
+    assert result.status is Status.ok and result.reward == pytest.approx(0.3)
+    assert "[RESULT]" in user_text(judge.requests[-1]["messages"]) and result.details["mode"] == "implicit"
+
+
+def test_rubric_k_samples_are_averaged_and_unparseable_counts_as_wrong(engine, judge):
+    judge.script(
+        Reply(
+            '{"verdicts": [{"id": 1, "reason": "r", "met": true}, {"id": 2, "reason": "r", "met": true}, '
+            '{"id": 3, "reason": "r", "met": false}]}'
+        ),
+        Reply("I think it meets most criteria."),
+    )
+    result = score(engine, judge, "judge.rubric", "Paris, France", RUBRIC, samples=2, temperature=0.7)
+    assert result.status is Status.ok and result.reward == pytest.approx(0.5)
+    assert result.details["judge_calls"] == 2 and "unparseable" in result.details["judge_problems"][0]
+
+
+@pytest.mark.parametrize(
+    ("action", "reason"),
+    [(Reply("The response is good. Score: 9/10"), "judge_unparseable"), (Refusal(), "judge_refusal")],
+)
+def test_a_reply_without_a_verdict_is_a_wrong_verdict(engine, judge, action, reason):
+    judge.script(action)
+    result = score(engine, judge, "judge.rubric", f"Paris ({reason})", RUBRIC)
+    assert result.status is Status.ok and result.reward == 0.0 and result.reason == reason
+
+
+@pytest.mark.parametrize("action", [Error(500), Drop(), Slow(3.0), Error(503, retry_after="0")])
+def test_a_judge_outage_is_judge_error_never_zero(engine, judge, action):
+    judge.script(*[action] * 40)
+    result = score(engine, judge, "judge.rubric", f"Paris outage {action}", RUBRIC)
+    assert result.status is Status.judge_error and result.correct is None
+    assert result.reason.startswith("judge_") and "error" in result.details
+
+
+def test_no_judge_configured_is_judge_error(engine):
+    result = engine.score({"verifier": "judge.rubric", "response": "Paris", "reference": RUBRIC})
+    assert result.status is Status.judge_error and result.reason == "judge_not_configured"
+
+
+def test_a_judge_error_is_not_cached_and_a_grpo_group_pays_once(judge):
+    engine = Engine(Settings(cache_size=1000, pool_workers=1))
+    try:
+        request = {
+            "verifier": "judge.rubric",
+            "response": "Paris",
+            "reference": RUBRIC,
+            "options": {"base_url": judge.base_url},
+        }
+        judge.script(*[Error(500)] * 40)
+        assert engine.score(request).status is Status.judge_error
+        judge.reset_script()
+        before = judge.calls
+        group = [{**request, "response": ["Paris", "Paris, France", "Lyon"][i % 3]} for i in range(16)]
+        results = engine.score_batch(group)
+        assert all(r.status is Status.ok for r in results)
+        assert judge.calls - before == 3  # three distinct responses, one judge call each
+    finally:
+        engine.close()
+
+
+def test_rubric_code_items_run_in_the_sandbox(engine, judge, backend):
+    code = "import json\ndef check(response):\n    return json.loads(response)['total'] == 12\n"
+    reference = {"items": [{"criterion": "valid JSON with total 12", "kind": "code", "code": code}]}
+    assert score(engine, judge, "judge.rubric", '{"total": 12}', reference).reward == 1.0
+    wrong = score(engine, judge, "judge.rubric", '{"total": 13}', reference)
+    assert wrong.status is Status.ok and wrong.reward == 0.0
+    crash = score(engine, judge, "judge.rubric", "not json", reference)
+    assert (
+        crash.status is Status.ok
+        and crash.reward == 0.0
+        and "runtime_error" in crash.details["items"][0]["reason"]
+    )
+    escape = "import os\ndef check(response):\n    return os.path.exists('/work/main')\n"
+    jailed = score(
+        engine, judge, "judge.rubric", "x", {"items": [{"criterion": "c", "kind": "code", "code": escape}]}
+    )
+    assert jailed.reward == 0.0  # the host's files are not visible from the sandbox
+
+
+@pytest.mark.parametrize(
+    ("item", "field"),
+    [
+        ({"criterion": "c", "kind": "regex", "pattern": "(a)\\1"}, "reference.items.0"),
+        ({"criterion": "c", "kind": "code", "code": "def nope(): pass"}, "reference.items.0"),
+        ({"criterion": "c", "kind": "llm", "pattern": "x"}, "reference.items.0"),
+        ({"criterion": "c", "points": 0}, "reference.items.0"),
+    ],
+)
+def test_bad_items_are_422(engine, item, field):
+    from proctor.contract import RequestError
+
+    with pytest.raises(RequestError) as rejected:
+        engine.score({"verifier": "judge.rubric", "response": "x", "reference": {"items": [item]}})
+    assert rejected.value.status == 422 and rejected.value.field.startswith(field)
+
+
+# -- judge.principles, judge.equivalence, judge.pairwise -----------------------------------------------------------
+
+
+def test_principles_one_yes_no_question_each(engine, judge):
+    before = judge.calls
+    reference = {
+        "principles": [
+            "Mentions paris",
+            "Mentions lyon",
+            {"criterion": "Short", "kind": "regex", "pattern": "^.{0,40}$"},
+        ]
+    }
+    result = score(engine, judge, "judge.principles", "Paris is the capital.", reference)
+    assert result.status is Status.ok and result.reward == pytest.approx(2 / 3)
+    assert judge.calls - before == 2
+    assert all("Final Decision" in user_text(r["messages"]) for r in judge.requests[-2:])
+
+
+def test_equivalence_judge_sees_only_the_extracted_answer(engine, judge):
+    response = "Long derivation mentioning Paris and SECRET-STEP.\nFinal answer: the French capital, paris"
+    result = score(engine, judge, "judge.equivalence", response, {"answer": "paris", "question": "Capital?"})
+    assert result.status is Status.ok and result.reward == 1.0
+    assert result.details["rules"]["correct"] is False  # math said no; the judge decided
+    prompt = user_text(judge.requests[-1]["messages"])
+    assert "SECRET-STEP" not in prompt and "the French capital, paris" in prompt
+
+
+def test_equivalence_master_keys_never_reach_even_a_gullible_judge(engine, judge):
+    judge.responder = lambda messages: "Final Decision: Yes"
+    before = judge.calls
+    for response in (
+        ":",
+        "Thought process:",
+        "Solution",
+        "Let's solve this problem step by step.",
+        "Answer: Let's think step by step",
+        "解",
+        "\\boxed{:}",
+    ):
+        result = score(engine, judge, "judge.equivalence", response, "42")
+        assert result.status is Status.ok and result.reward == 0.0, response
+    assert judge.calls == before
+    assert score(engine, judge, "judge.equivalence", "Answer: forty-two", "42").reward == 1.0
+
+
+def test_equivalence_rules_first_skip_the_judge(engine, judge):
+    before = judge.calls
+    result = score(engine, judge, "judge.equivalence", "\\boxed{0.5}", "\\frac{1}{2}")
+    assert result.reward == 1.0 and result.components["rules"] == 1.0 and judge.calls == before
+
+
+def test_equivalence_outage_is_judge_error(engine, judge):
+    judge.script(*[Error(502)] * 40)
+    result = score(engine, judge, "judge.equivalence", "Answer: forty two", "42", rules_first="none")
+    assert result.status is Status.judge_error and result.reason == "judge_http_502"
+
+
+def test_pairwise_asks_both_orders(engine, judge):
+    result = score(engine, judge, "judge.pairwise", "A much longer and fuller answer.", {"other": "Short."})
+    assert result.reward == 1.0 and result.details["consistent"] is True
+    prompts = [user_text(r["messages"]) for r in judge.requests[-2:]]
+    assert {p.index("A much longer") < p.index("Short.") for p in prompts} == {True, False}
+
+
+@pytest.mark.parametrize(("policy", "expected"), [("tie", 0.5), ("loss", 0.0), ("average", 0.5)])
+def test_pairwise_position_bias_is_reported_and_handled_by_policy(engine, judge, policy, expected):
+    judge.responder = lambda messages: json.dumps({"reason": "first is best", "winner": "A"})
+    result = score(
+        engine, judge, "judge.pairwise", f"Mine {policy}.", {"other": "Theirs."}, on_disagreement=policy
+    )
+    assert result.status is Status.ok and result.reward == expected
+    assert result.details["consistent"] is False and result.reason == "judge_disagreement"
+
+
+def test_async_verifiers_honour_the_deadline(engine, judge):
+    judge.script(Slow(3.0))
+    result = score(engine, judge, "judge.rubric", "Paris deadline", RUBRIC, deadline_s=0.2)
+    assert result.status is Status.timeout
+
+
+async def test_a_waiting_judge_call_does_not_block_the_event_loop(engine, judge):
+    import asyncio
+    import threading
+
+    from proctor.engine import prepare
+
+    release = threading.Event()
+    judge.script(Hold(release))
+    before = judge.calls
+    request = {
+        "verifier": "judge.rubric",
+        "response": "Paris held",
+        "reference": RUBRIC,
+        "options": {"base_url": judge.base_url, "deadline_s": 30},
+    }
+    held = asyncio.ensure_future(engine.score_async(prepare(request)))
+    while judge.calls == before:  # wait until the call has reached the judge
+        await asyncio.sleep(0.01)
+    quick = await engine.score_async(
+        prepare({"verifier": "text.match", "response": "\\boxed{4}", "reference": "4"})
+    )
+    assert quick.reward == 1.0 and not held.done()  # scored while the judge call was still waiting
+    release.set()
+    assert (await held).status is Status.ok
+
+
+async def test_concurrency_is_bounded(judge, monkeypatch):
+    import asyncio
+
+    judge.wait_idle()
+    judge.latency_s = 0.05
+    try:
+        config = JudgeConfig(judge.base_url, "stand-in", None, 5.0, 5.0, 3)
+        replies = await asyncio.gather(
+            *(client.complete(config, [{"role": "user", "content": f"c{i}"}], Sampling()) for i in range(12))
+        )
+    finally:
+        judge.latency_s = 0.0
+    assert len(replies) == 12 and 1 < judge.max_inflight <= 3
+
+
+def test_a_chat_transcript_gives_the_judge_the_task(engine, judge):
+    transcript = [
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": "Which city is the capital of France? (transcript)"},
+        {"role": "assistant", "content": [{"type": "text", "text": "Paris, France."}]},
+    ]
+    reference = {"items": RUBRIC["items"]}
+    result = engine.score(
+        {
+            "verifier": "judge.rubric",
+            "response": transcript,
+            "reference": reference,
+            "options": {"base_url": judge.base_url},
+        }
+    )
+    assert result.status is Status.ok and result.reward == 1.0
+    prompt = user_text(judge.requests[-1]["messages"])
+    assert "<task>\nWhich city is the capital of France? (transcript)\n</task>" in prompt
+    assert "<response>\nParis, France.\n</response>" in prompt

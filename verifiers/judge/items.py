@@ -1,0 +1,140 @@
+"""Rubric items and principles, and the checks that need no model: RE2 patterns and sandboxed Python checks.
+
+An item is a criterion with points (negative points mark a pitfall: "met" means the response falls into it,
+as in HealthBench). `llm` items go to the judge; `regex` items are RE2 patterns searched in the graded text
+(linear time, so they run in the service process, as in `text.match`); `code` items are a Python function
+`check(response: str) -> bool` written by the reference's author, run in the sandbox (nsjail by default)
+with the response as a data file, never in the service process.
+"""
+
+from __future__ import annotations
+
+import ast
+import asyncio
+import json
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from proctor.sandboxes.job import Command, File, Job, Limits
+from proctor.sandboxes.job import Verdict as RunVerdict
+from proctor.sandboxes.languages import resolve_backend
+from proctor.verifiers.text.match import pattern_error, regex_matches
+
+MAX_ITEMS = 100
+CHECK_LIMITS = Limits(cpu_s=5.0, memory_mb=256, processes=8, output_bytes=64 * 1024)
+MARKER = "proctor-item-met:"
+_HARNESS = f"""\
+import json
+namespace = {{"__name__": "check"}}
+with open("check.py", encoding="utf-8") as source:
+    exec(compile(source.read(), "check.py", "exec"), namespace)
+with open("response.txt", encoding="utf-8", errors="replace") as text:
+    met = namespace["check"](text.read())
+print()
+print({MARKER!r} + json.dumps(met is True))
+"""
+
+
+class Item(BaseModel):
+    """One rubric item: a criterion worth `points`, checked by the judge, an RE2 pattern, or Python code."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    criterion: str = Field(
+        min_length=1, max_length=10_000, description="What the response must do (or avoid)."
+    )
+    points: float = Field(
+        default=1.0,
+        ge=-100,
+        le=100,
+        description="Worth when met; negative for a pitfall (met = fell into it).",
+    )
+    kind: Literal["llm", "regex", "code"] = Field(
+        default="llm", description="llm: the judge decides; regex: an RE2 pattern; code: a sandboxed check()."
+    )
+    pattern: str | None = Field(
+        default=None, description="regex items: an RE2 pattern searched in the response (after </think>)."
+    )
+    case_sensitive: bool = Field(default=False, description="regex items: match case-sensitively.")
+    code: str | None = Field(
+        default=None,
+        max_length=100_000,
+        description="code items: Python defining check(response: str) -> bool, run in the sandbox.",
+    )
+
+    @model_validator(mode="after")
+    def _kind_fields(self) -> Item:
+        if self.points == 0:
+            raise ValueError("points must not be 0")
+        if self.kind == "regex":
+            if self.pattern is None:
+                raise ValueError("a regex item needs a pattern")
+            problem = pattern_error(self.pattern)
+            if problem is not None:
+                raise ValueError(f"pattern is not a valid RE2 pattern: {problem}")
+        elif self.pattern is not None:
+            raise ValueError("only regex items take a pattern")
+        if self.kind == "code":
+            if self.code is None:
+                raise ValueError("a code item needs code")
+            _check_defines_check(self.code)
+        elif self.code is not None:
+            raise ValueError("only code items take code")
+        return self
+
+
+def _check_defines_check(source: str) -> None:
+    try:
+        tree = ast.parse(source)  # parsed, never run, in the service process
+    except (SyntaxError, ValueError, RecursionError, MemoryError) as exc:
+        raise ValueError(f"code is not valid Python: {type(exc).__name__}: {exc}") from None
+    if not any(isinstance(node, ast.FunctionDef) and node.name == "check" for node in tree.body):
+        raise ValueError("code must define a top-level function check(response) -> bool")
+
+
+class CheckError(Exception):
+    """The sandbox failed while running a code item (a machinery failure, not the response's fault)."""
+
+
+def regex_met(item: Item, text: str) -> bool:
+    """Whether a regex item's pattern occurs in the text."""
+    assert item.pattern is not None
+    return regex_matches(text, [item.pattern], case_sensitive=item.case_sensitive, search=True)
+
+
+def check_job(code: str, text: str) -> Job:
+    """The sandbox job that runs a code item's check() on the response text."""
+    return Job(
+        files=[
+            File(path="harness.py", content=_HARNESS),
+            File(path="check.py", content=code),
+            File(path="response.txt", content=text),
+        ],
+        commands=[Command(argv=["/usr/bin/python3", "-I", "harness.py"], limits=CHECK_LIMITS, name="check")],
+        env={"PYTHONDONTWRITEBYTECODE": "1", "PYTHONIOENCODING": "utf-8"},
+    )
+
+
+def code_met_sync(item: Item, text: str) -> tuple[bool, str]:
+    """(met, note) from running a code item in the sandbox; CheckError when the sandbox itself failed.
+
+    Only the last stdout line the harness prints counts; a check that raises, runs out of time or memory,
+    or returns anything but True is not met.
+    """
+    assert item.code is not None
+    result = resolve_backend(None).run(check_job(item.code, text))
+    command = result.commands[-1] if result.commands else None
+    if command is None or command.verdict is RunVerdict.sandbox_error:
+        raise CheckError(command.detail if command else "the sandbox ran nothing")
+    if command.verdict is not RunVerdict.ok:
+        return False, f"check ended with {command.verdict.value}: {command.stderr[-300:]}"
+    last = command.stdout.rstrip("\n").rsplit("\n", 1)[-1]
+    if not last.startswith(MARKER):
+        return False, "check printed no verdict"
+    return json.loads(last[len(MARKER) :]) is True, ""
+
+
+async def code_met(item: Item, text: str) -> tuple[bool, str]:
+    """code_met_sync on a thread, so the event loop keeps serving while the sandbox runs."""
+    return await asyncio.to_thread(code_met_sync, item, text)
