@@ -8,11 +8,14 @@ Run with `.venv/bin/python bench/code.py` (add `--no-write` for a trial run). In
   output) with an Engine (cache off, through the worker pool), and reports agreement: correct ones must get
   reward 1, wrong ones and hacks reward 0;
 - (b) times judging one 100-test stdio problem (Python, and C++) and one 100-test call problem (Python) with
-  Proctor against two per-test-process judges: a bare `subprocess.run` per test, unsandboxed, as users commonly
-  write it (compile once, then one process per test, output compared in the judge), and a fresh nsjail sandbox
-  per test (Submission with warm start off: compile once, then one sandbox job per test);
+  Proctor against three per-test-process judges: SandboxFusion-style as verl runs it (one /run_code job per
+  test, compiling and running in a fresh sandbox), a fresh nsjail sandbox per test after one compile
+  (Submission with warm start off), and a bare `subprocess.run` per test, unsandboxed (compile once, then one
+  process per test, output compared in the judge: the lower bound for a process per test);
 - (c) measures submissions judged per second on HumanEval-sized problems (the set's assert-script problems, a
-  handful of asserts each) through Engine.score_batch.
+  handful of asserts each) through Engine.score_batch;
+- (d) splits the C++ case into its per-test cost after one compile: warm exec (one jail, fork+exec per
+  test) against a fresh jail per test and a bare subprocess per test.
 
 Results are printed and appended to bench/RESULTS.md unless `--no-write`; disagreements are printed after the
 report.
@@ -125,7 +128,29 @@ def hacks(rows: list[dict[str, Any]]) -> list[tuple[str, str, dict[str, Any]]]:
             f"print({stdio_case['stdout']!r}, end='')\n",
         ),
     ]
-    return [(name, pid, fenced(code)) for name, pid, code in found]
+    found_other = [
+        (
+            "JavaScript: prints a fake result, exits 0 before returning",
+            "call-javascript-running-sum",
+            'function runningSum(nums) {\n  require("fs").writeSync(1, "ok [1,3,6,10]\\n");\n  process.exit(0);\n}\n',
+            "javascript",
+        ),
+        (
+            "JavaScript: an object whose toJSON claims the answer",
+            "call-javascript-majority",
+            "class Solution {\n  majority(nums) {\n    return { toJSON: () => nums[0] };\n  }\n}\n",
+            "javascript",
+        ),
+        (
+            "Go: os.Exit(0) inside the function",
+            "call-go-transpose",
+            'package main\n\nimport "os"\n\nfunc transpose(m [][]int) [][]int {\n\tos.Exit(0)\n\treturn m\n}\n',
+            "go",
+        ),
+    ]
+    return [(name, pid, fenced(code)) for name, pid, code in found] + [
+        (name, pid, fenced(code, language)) for name, pid, code, language in found_other
+    ]
 
 
 def agreement(engine: Any, rows: list[dict[str, Any]]) -> dict[str, Any]:
@@ -282,6 +307,42 @@ def sandbox_per_test_judge(language: str, source: str, reference: dict[str, Any]
         return passed
 
 
+def sandboxfusion_style_judge(language: str, source: str, reference: dict[str, Any]) -> bool:
+    """What verl's SandboxFusion integration does: one /run_code job per test, each compiling and running the
+    program in a fresh sandbox (verl's payload through Proctor's own /run_code job builder, on nsjail)."""
+    from proctor.api.run_code import RunCodeRequest, build_job, to_response
+    from proctor.sandboxes.backends import get_backend
+
+    backend = get_backend(None)
+    tests = reference["tests"]
+    if tests["format"] == "call":
+        code = source + "\n\n" + CALL_HARNESS.replace("import solution\n", "").replace("solution.", "")
+        runs = [(json.dumps(case["args"]), json.dumps(case["expected"])) for case in tests["cases"]]
+    else:
+        code = source
+        runs = [(case["stdin"], case["stdout"]) for case in tests["cases"]]
+    passed = True
+    for stdin, want in runs:
+        payload = {
+            "compile_timeout": 10,
+            "run_timeout": CPU_S,
+            "code": code,
+            "stdin": stdin,
+            "memory_limit_MB": 1024,
+            "language": language,
+            "files": {},
+            "fetch_files": [],
+        }
+        response = to_response(backend.run(build_job(RunCodeRequest(**payload))))
+        run = response.run_result
+        ok = response.status.value == "Success" and run is not None
+        if tests["format"] == "call":
+            passed &= ok and json.loads(run.stdout) == json.loads(want)
+        else:
+            passed &= ok and run.stdout.split() == want.split()
+    return passed
+
+
 def timed(fn: Callable[[], Any], repeat: int) -> tuple[float, Any]:
     """Median seconds over `repeat` calls, and the last call's value."""
     times, value = [], None
@@ -308,6 +369,11 @@ def speed(engine: Any, repeat: int) -> list[dict[str, Any]]:
         jail_s, jail_ok = timed(
             functools.partial(sandbox_per_test_judge, language, source, reference), repeat
         )
+        # 100 compiles per run for C++: measured once (the spread between runs is far below the ratio).
+        fusion_repeat = 1 if language == "cpp" else repeat
+        fusion_s, fusion_ok = timed(
+            functools.partial(sandboxfusion_style_judge, language, source, reference), fusion_repeat
+        )
         rows.append(
             {
                 "label": label,
@@ -317,9 +383,52 @@ def speed(engine: Any, repeat: int) -> list[dict[str, Any]]:
                 "bare_ok": bare_ok,
                 "jail_s": jail_s,
                 "jail_ok": jail_ok,
+                "fusion_s": fusion_s,
+                "fusion_ok": fusion_ok,
+                "fusion_repeat": fusion_repeat,
             }
         )
     return rows
+
+
+def per_test_cost(repeat: int) -> dict[str, Any]:
+    """Milliseconds per test after one compile, for the C++ stdio program on the 100 tests: warm exec (one
+    jail, fork+exec per test), a fresh nsjail per test, and a bare unsandboxed subprocess per test."""
+    from proctor.sandboxes.job import Limits
+    from proctor.sandboxes.languages import Submission
+
+    reference = stdio_problem("cpp")
+    stdins = [case["stdin"] for case in reference["tests"]["cases"]]
+    wants = [case["stdout"].split() for case in reference["tests"]["cases"]]
+    limits = Limits(cpu_s=CPU_S, memory_mb=1024)
+    found: dict[str, Any] = {}
+    for label, warm in (("warm", True), ("jail", False)):
+        times, right = [], 0
+        for _ in range(repeat):
+            with Submission("cpp", STDIO_CPP, limits=limits, warm=warm) as submission:
+                submission.compile()
+                started = time.perf_counter()
+                results = submission.run_many(stdins)
+                times.append(time.perf_counter() - started)
+                right = sum(r.stdout.split() == w for r, w in zip(results, wants, strict=True))
+        found[label] = (statistics.median(times) * 1000 / len(stdins), right)
+    work = Path(tempfile.mkdtemp(prefix="bench-code-"))
+    try:
+        (work / "main.cpp").write_text(STDIO_CPP)
+        subprocess.run(["g++", "-O2", "-o", "main", "main.cpp"], cwd=work, check=True)
+        times, right = [], 0
+        for _ in range(repeat):
+            started = time.perf_counter()
+            outs = [
+                subprocess.run(["./main"], cwd=work, input=s, capture_output=True, text=True).stdout
+                for s in stdins
+            ]
+            times.append(time.perf_counter() - started)
+            right = sum(o.split() == w for o, w in zip(outs, wants, strict=True))
+        found["bare"] = (statistics.median(times) * 1000 / len(stdins), right)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return found
 
 
 def throughput(engine: Any, rows: list[dict[str, Any]], copies: int) -> dict[str, Any]:
@@ -394,6 +503,7 @@ def main() -> None:
         agree = agreement(engine, rows)
         timings = speed(engine, args.repeat)
         rate = throughput(engine, rows, args.copies)
+        cost = per_test_cost(args.repeat)
     finally:
         engine.close()
     load_after = os.getloadavg()[0]
@@ -422,22 +532,36 @@ def main() -> None:
         f"| wrong solutions | 0 | {tally['wrong'][0]}/{tally['wrong'][1]} |",
         f"| hacks | 0 | {tally['hack'][0]}/{tally['hack'][1]} |",
         "",
-        f"**(b) Judging one {TESTS}-test problem** (median of {args.repeat}; Proctor = the `code` verifier scoring one item, sandboxed, "
-        "compile and warm start included; bare = compile once then one unsandboxed `subprocess.run` per test; "
-        "sandbox per test = compile once in nsjail then a fresh nsjail job per test, warm start off).",
+        f"**(b) Judging one {TESTS}-test problem** (median of {args.repeat}; Proctor = the `code` verifier "
+        "scoring one item, sandboxed, compile and warm start included: one jail per submission, a fork per test "
+        "for Python, a fork+exec of the compiled binary per test for C++). Baselines, each running every test in "
+        "a process of its own: SandboxFusion-style = what verl's sandbox integration does, one /run_code job "
+        "per test that compiles (C++) and runs in a fresh nsjail (verl's payload through Proctor's /run_code job "
+        "builder; C++ timed once, 100 compiles); sandbox per test = compile once in nsjail, then a fresh nsjail "
+        "job per test (Proctor with warm start off); bare = compile once, then one unsandboxed `subprocess.run` "
+        "per test (no isolation at all: the lower bound for a process per test).",
         "",
-        "| problem | Proctor s | bare subprocess/test s | speed-up | sandbox/test s | speed-up | all pass (P/bare/jail) |",
-        "|---|---:|---:|---:|---:|---:|---|",
+        "| problem | Proctor s | SandboxFusion-style s | speed-up | sandbox/test s | speed-up | bare/test s "
+        "| speed-up | all pass (P/SF/jail/bare) |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---|",
         *[
-            f"| {t['label']} | {t['proctor_s']:.3f} | {t['bare_s']:.3f} | **{t['bare_s'] / t['proctor_s']:.1f}x** | "
-            f"{t['jail_s']:.3f} | {t['jail_s'] / t['proctor_s']:.1f}x | "
-            f"{t['proctor_reward'] == 1.0}/{t['bare_ok']}/{t['jail_ok']} |"
+            f"| {t['label']} | {t['proctor_s']:.3f} | {t['fusion_s']:.3f} | "
+            f"**{t['fusion_s'] / t['proctor_s']:.1f}x** | {t['jail_s']:.3f} | {t['jail_s'] / t['proctor_s']:.1f}x | "
+            f"{t['bare_s']:.3f} | {t['bare_s'] / t['proctor_s']:.1f}x | "
+            f"{t['proctor_reward'] == 1.0}/{t['fusion_ok']}/{t['jail_ok']}/{t['bare_ok']} |"
             for t in timings
         ],
         "",
         f"**(c) HumanEval-sized throughput**: {rate['items']} submissions (correct and wrong responses of the "
         f"{rate['problems']} assert-script problems, about {rate['asserts']:.0f} asserts each), one "
         f"`score_batch`: **{rate['rate']:.1f} submissions/s** ({rate['ok']}/{rate['items']} status ok).",
+        "",
+        f"**(d) C++ per test after one compile** ({TESTS} tests, median of {args.repeat}, ms per test; "
+        f"`Submission.run_many`): warm exec (one jail, the binary fork+exec'd per test) "
+        f"**{cost['warm'][0]:.2f} ms**, a fresh nsjail per test {cost['jail'][0]:.2f} ms "
+        f"({cost['jail'][0] / cost['warm'][0]:.1f}x the warm cost), a bare unsandboxed subprocess "
+        f"{cost['bare'][0]:.2f} ms (warm costs {cost['warm'][0] / cost['bare'][0]:.1f}x that); right answers "
+        f"{cost['warm'][1]}/{cost['jail'][1]}/{cost['bare'][1]} of {TESTS}.",
         "",
     ]
     report = "\n".join(lines)

@@ -1,5 +1,6 @@
-"""Warm-start mode for Python: one sandbox per submission holds a server that loaded the candidate once and
-forks per test, so a test costs about a millisecond instead of a fresh interpreter.
+"""Warm-start mode: one sandbox per submission holds a server that loaded the candidate once and forks per
+test, so a test costs about a millisecond instead of a fresh interpreter (Python), or a fork+exec of the
+compiled binary in the same jail instead of a fresh jail per test (`execute`: C, C++, Go, Rust, Java, Node).
 
 The server (warm_server.py) runs inside a jail taken from the backend's warm slots (the same jail, cgroup and
 rlimits a job's command gets), as its pid namespace's init. Host and server talk over the jail's stdin and
@@ -417,6 +418,22 @@ class WarmPython:
         if self.mode != "stdio":
             raise ValueError("run() needs mode='stdio'; use call() in call mode")
         reply, result = self._request({"op": "run", "stdin": stdin}, limits or self.limits, "run")
+        return result
+
+    def execute(
+        self,
+        argv: Sequence[str],
+        env: dict[str, str],
+        stdin: str = "",
+        limits: Limits | None = None,
+        name: str = "run",
+    ) -> CommandResult:
+        """Run a compiled program (`argv`, relative to the job's directory, with exactly `env`) on `stdin` in a
+        fork+exec'd child of the server (stdio mode; the server itself runs no candidate code)."""
+        if self.mode != "stdio":
+            raise ValueError("execute() needs mode='stdio'")
+        request = {"op": "exec", "argv": list(argv), "env": dict(env), "stdin": stdin}
+        reply, result = self._request(request, limits or self.limits, name)
         return result
 
     def call(

@@ -14,6 +14,10 @@ Modes:
   sends the return value back as plain data. A value that is not plain data (say an object with a forged
   `__eq__`, or an `int` subclass) is reported as such, never compared here.
 
+An `exec` request (stdio mode, a server loaded with an empty program) forks a child that execs a compiled
+program (`argv`, `env`) with the test's stdin: compiled languages get the same one-jail-per-submission warm
+mode, a fork+exec per test instead of a fresh jail per test. The server still runs no candidate code.
+
 A `script` request (either mode; meant for a server loaded with an empty program) runs a test script as
 `__main__` in a child whose globals hold a proxy for each candidate name: a call writes a `{"call": name,
 "args", "kwargs"}` frame straight to the protocol and reads the host's `{"value"}` or `{"failed"}` answer, so
@@ -382,6 +386,16 @@ def run_test(state, request):
                 pass
             signal.signal(signal.SIGPIPE, signal.SIG_DFL)
             signal.signal(signal.SIGINT, signal.default_int_handler)  # a test keeps the usual Ctrl-C
+            if request.get("op") == "exec":
+                # A compiled program: the server (trusted, it never ran candidate code) forks, the child
+                # becomes the program. Its environment is the request's; exec failing is exit status 127.
+                env = {k: v for k, v in os.environ.items() if k in ("PATH", "HOME", "TMPDIR", "LANG")}
+                env.update(request.get("env") or {})
+                try:
+                    os.execve(request["argv"][0], request["argv"], env)
+                except OSError as exc:
+                    os.write(2, f"exec {request['argv'][0]}: {exc.strerror}\n".encode())
+                    os._exit(127)
             fresh_stdio()
             if call:
                 child_call(state, request, 3)

@@ -3,8 +3,9 @@ Proctor's `code` verifier agreeing with it.
 
 The solutions are validated independently of verifiers/code so the data can be trusted on its own: stdio
 programs run in the real sandbox (nsjail by default) through `Submission`, and their output is compared here;
-call and assert-script problems run in a Python `Submission` whose harness imports the solution as a module
-and prints plain JSON (call) or a completion line after the script's asserts (assert_script). Those harnesses
+call and assert-script problems run in a `Submission` whose harness loads the solution (a Python or JavaScript
+module; Go through reflection) and prints plain JSON (call) or a completion line after the script's asserts
+(assert_script). These harnesses are written here, apart from the verifier's own (verifiers/code/harness.py); they
 trust the candidate's process, which is sound for this set's honest solutions only; the verifier's job is to
 be sound for hostile ones.
 """
@@ -56,6 +57,49 @@ for args in spec["args"]:
         line = json.dumps({"error": type(exc).__name__})
     print(line)
 """
+
+
+# JavaScript: the solution becomes a module exporting the entry point (and the class, LeetCode style).
+JS_CALL_HARNESS = """\
+const solution = require("./solution.js");
+const spec = JSON.parse(require("fs").readFileSync(0, "utf8"));
+for (const args of spec.args) {
+  const owner = spec.method_of ? new solution[spec.method_of]() : solution;
+  let line;
+  try {
+    line = JSON.stringify({ value: owner[spec.entry_point](...args) });
+  } catch (error) {
+    line = JSON.stringify({ error: String(error) });
+  }
+  console.log(line);
+}
+"""
+# Go: the solution's file joined with a main that calls the entry point through reflection, decoding each
+# argument as JSON into the parameter's own type.
+GO_CALL_MAIN = """
+func main() {
+\tdata, _ := hio.ReadAll(hos.Stdin)
+\tvar spec [][]hjson.RawMessage
+\tif err := hjson.Unmarshal(data, &spec); err != nil {
+\t\tpanic(err)
+\t}
+\tf := hreflect.ValueOf(ENTRY)
+\tfor _, args := range spec {
+\t\tin := []hreflect.Value{}
+\t\tfor i, raw := range args {
+\t\t\tp := hreflect.New(f.Type().In(i))
+\t\t\tif err := hjson.Unmarshal(raw, p.Interface()); err != nil {
+\t\t\t\tpanic(err)
+\t\t\t}
+\t\t\tin = append(in, p.Elem())
+\t\t}
+\t\tb, _ := hjson.Marshal(map[string]interface{}{"value": f.Call(in)[0].Interface()})
+\t\thos.Stdout.Write(append(b, '\\n'))
+\t}
+}
+"""
+GO_IMPORTS = 'import (\n\thjson "encoding/json"\n\thio "io"\n\thos "os"\n\threflect "reflect"\n)\n'
+DEFINES = {"python": "def {}(", "javascript": "{}(", "go": "func {}("}
 
 
 def load_rows() -> list[dict[str, Any]]:
@@ -137,6 +181,30 @@ def stdio_passes(row: dict[str, Any], response: str) -> tuple[bool, str]:
     return True, ""
 
 
+def run_call(row: dict[str, Any], code: str, spec: dict[str, Any]) -> CommandResult:
+    """Run the solution's entry point on every case's arguments in one sandboxed process (JSON lines out)."""
+    reference = row["reference"]
+    language = reference["language"]
+    limits = limits_of(reference)
+    if language == "python":
+        return run_python(CALL_HARNESS, code, json.dumps(spec), limits)
+    if language == "javascript":
+        names = [spec["method_of"] or spec["entry_point"]]
+        exports = "\nmodule.exports = {" + ", ".join(f"{n}: {n}" for n in names) + "};\n"
+        files = [File(path="solution.js", content=code + exports)]
+        program = JS_CALL_HARNESS
+    else:
+        assert language == "go", language
+        body = re.sub(r"^package\s+\w+", "", code.strip(), count=1, flags=re.M)
+        program = "package main\n" + GO_IMPORTS + body + GO_CALL_MAIN.replace("ENTRY", spec["entry_point"])
+        files = []
+    with Submission(language, program, limits=limits, files=files) as submission:
+        outcome = submission.compile()
+        if not outcome.ok:
+            return CommandResult(name="load", verdict=Verdict.runtime_error, detail=outcome.message)
+        return submission.run(json.dumps(spec["args"] if language == "go" else spec))
+
+
 def call_passes(row: dict[str, Any], response: str) -> tuple[bool, str]:
     """Call the solution's entry point on every case in one sandboxed process; compare the JSON here."""
     reference = row["reference"]
@@ -147,7 +215,7 @@ def call_passes(row: dict[str, Any], response: str) -> tuple[bool, str]:
         "method_of": tests.get("method_of"),
         "args": [case["args"] for case in tests["cases"]],
     }
-    result = run_python(CALL_HARNESS, code, json.dumps(spec), limits_of(reference))
+    result = run_call(row, code, spec)
     if result.verdict is not Verdict.ok:
         return False, f"{result.verdict.value} {result.detail} {result.stderr[-300:]}"
     lines = result.stdout.splitlines()
@@ -227,17 +295,21 @@ def test_responses_hold_one_program_each_in_the_task_language() -> None:
         assert blocks[0] != blocks[1], row["id"]
         if row["reference"]["tests"]["format"] != "stdio":
             entry = row["reference"]["tests"]["entry_point"]
-            assert all(f"def {entry}(" in block for block in blocks), row["id"]
+            assert all(DEFINES[row["language"]].format(entry) in block for block in blocks), row["id"]
 
 
 def test_the_set_covers_formats_and_languages() -> None:
-    """All three formats; stdio in Python, C++ and at least one more language; call and scripts in Python."""
+    """All three formats; stdio in Python, C++ and at least one more language; call in Python and at least two
+    more languages; assert scripts in Python."""
     for fmt, rows in BY_FORMAT.items():
         assert len(rows) >= 5, fmt
     stdio_languages = {row["language"] for row in BY_FORMAT["stdio"]}
     assert {"python", "cpp"} <= stdio_languages
     assert len(stdio_languages) >= MIN_STDIO_LANGUAGES
-    assert {row["language"] for row in BY_FORMAT["call"] + BY_FORMAT["assert_script"]} == {"python"}
+    call_languages = Counter(row["language"] for row in BY_FORMAT["call"])
+    assert call_languages["python"] >= 5 and len(call_languages) >= 3, call_languages
+    assert all(count >= 2 for count in call_languages.values()), call_languages
+    assert {row["language"] for row in BY_FORMAT["assert_script"]} == {"python"}
     assert any("method_of" in row["reference"]["tests"] for row in BY_FORMAT["call"])
     scripts = [row["reference"]["tests"]["script"] for row in BY_FORMAT["assert_script"]]
     assert any("def check(candidate)" in s for s in scripts) and any("def check" not in s for s in scripts)

@@ -47,6 +47,24 @@ SUM = {
         'const [a,b]=require("fs").readFileSync(0,"utf8").trim().split(/\\s+/).map(Number);console.log(a+b);',
         'const [a,b]=require("fs").readFileSync(0,"utf8").trim().split(/\\s+/).map(Number);console.log(a+b+1);',
     ),
+    "java": (
+        "import java.util.*;\npublic class Main { public static void main(String[] x) {"
+        " Scanner s = new Scanner(System.in); System.out.println(s.nextLong() + s.nextLong()); } }",
+        "import java.util.*;\npublic class Main { public static void main(String[] x) {"
+        " Scanner s = new Scanner(System.in); System.out.println(s.nextLong() - s.nextLong()); } }",
+    ),
+    "go": (
+        'package main\nimport "fmt"\nfunc main() { var a, b int64; fmt.Scan(&a, &b); fmt.Println(a + b) }',
+        'package main\nimport "fmt"\nfunc main() { var a, b int64; fmt.Scan(&a, &b); fmt.Println(a * b) }',
+    ),
+    "rust": (
+        "use std::io::Read;\nfn main() { let mut s = String::new(); std::io::stdin().read_to_string(&mut s)"
+        ".unwrap(); let v: Vec<i64> = s.split_whitespace().map(|x| x.parse().unwrap()).collect();"
+        ' println!("{}", v[0] + v[1]); }',
+        "use std::io::Read;\nfn main() { let mut s = String::new(); std::io::stdin().read_to_string(&mut s)"
+        ".unwrap(); let v: Vec<i64> = s.split_whitespace().map(|x| x.parse().unwrap()).collect();"
+        ' println!("{}", v[0] + v[1] + 1); }',
+    ),
 }
 
 
@@ -153,6 +171,42 @@ def test_runtime_errors():
     }
     assert score(fence("def f():\n    return 1 / 0"), call).reason == "runtime_error"
     assert score(fence("def g():\n    return 1"), call).reason == "runtime_error"  # no entry point
+
+
+# A compile error and a runtime error per language the SUM table's programs do not cover elsewhere.
+BROKEN = {
+    "java": (
+        "public class Main { public static void main(String[] x) { int y = ; } }",
+        "public class Main { public static void main(String[] x) { int[] a = new int[1]; a[5] = 1; } }",
+        "ArrayIndexOutOfBoundsException",
+        "error:",
+    ),
+    "go": (
+        "package main\nfunc main() { x := 1 }",
+        "package main\nfunc main() { var a []int; a[3] = 1 }",
+        "index out of range",
+        "declared but not used",
+    ),
+    "rust": (
+        'fn main() { let x: i32 = "a"; }',
+        'fn main() { let v: Vec<i32> = Vec::new(); println!("{}", v[3]); }',
+        "index out of bounds",
+        "mismatched types",
+    ),
+}
+
+
+@pytest.mark.parametrize("language", sorted(BROKEN))
+def test_compile_and_runtime_errors_in_java_go_rust(language: str):
+    does_not_compile, crashes, says, compiler_says = BROKEN[language]
+    compiled = score(fence(does_not_compile, language), stdio(language, SUM_CASES))
+    assert (compiled.status, compiled.reward, compiled.reason) == (Status.ok, 0.0, "compile_error")
+    assert compiled.components == {"tests_passed": 0.0, "compiled": 0.0}
+    assert compiler_says in compiled.details["message"]
+    crashed = score(fence(crashes, language), stdio(language, SUM_CASES))
+    assert (crashed.status, crashed.reward, crashed.reason) == (Status.ok, 0.0, "runtime_error")
+    assert crashed.components["compiled"] == 1.0
+    assert says in crashed.details["tests"][0]["diff"]
 
 
 def test_time_limit_is_cpu_time():
@@ -332,10 +386,22 @@ def test_reference_validation_names_the_field():
         (
             {
                 **base,
-                "tests": {"format": "call", "entry_point": "f", "cases": [{"expected": 1}]},
+                "tests": {"format": "call", "entry_point": "f", "cases": [{"expected": {"a": 1}}]},
                 "language": "cpp",
             },
-            "reference.language",
+            "reference.language",  # typed languages' calls take no objects: the request's fault
+        ),
+        (
+            {
+                **base,
+                "tests": {
+                    "format": "call",
+                    "entry_point": "f",
+                    "cases": [{"kwargs": {"a": 1}, "expected": 1}],
+                },
+                "language": "javascript",
+            },
+            "reference.language",  # keyword arguments are Python-only
         ),
         (
             {**base, "tests": {"format": "assert_script", "entry_point": "f", "script": "assert (("}},

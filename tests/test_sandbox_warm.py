@@ -151,6 +151,65 @@ def test_python_submissions_are_warm_by_default(backend: Backend) -> None:
         ]
 
 
+# -- warm exec: compiled programs, one jail, a fork+exec per test --------------------------------------
+
+# What it does depends on its stdin: one compile, many behaviours.
+EXEC_C = r"""
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+int main(void) {
+    char what[32] = {0};
+    if (scanf("%31s", what) != 1) return 2;
+    if (!strcmp(what, "parent")) { printf("%d %d\n", (int)getppid(), (int)getpid() > 1); return 0; }
+    if (!strcmp(what, "crash")) { volatile int* p = 0; return *p; }
+    if (!strcmp(what, "loop")) { for (volatile unsigned long i = 0;; i++) {} }
+    if (!strcmp(what, "memory")) {
+        for (;;) { char* p = malloc(1 << 20); if (!p) return 3; memset(p, 1, 1 << 20); }
+    }
+    if (!strcmp(what, "daemon")) { if (fork() == 0) { sleep(30); _exit(0); } puts("left a child"); return 0; }
+    if (!strcmp(what, "exit0")) { return 0; }
+    long long a, b;
+    if (scanf("%lld %lld", &a, &b) != 2) return 4;
+    printf("%lld\n", a + b);
+    return 0;
+}
+"""
+
+
+def test_compiled_programs_run_warm_one_jail_one_compile(backend: Backend) -> None:
+    with Submission("c", EXEC_C, limits=LIMITS, backend=backend) as submission:
+        assert submission.warm and submission.compile().ok
+        stdins = ["add 1 2", "parent", "crash", "add 40 2", "loop", "memory", "daemon", "exit0", "add 5 5"]
+        results = submission.run_many(stdins)
+        assert submission.compile_runs == 1
+        verdicts = [r.verdict for r in results]
+        assert verdicts == [
+            Verdict.ok,
+            Verdict.ok,
+            Verdict.runtime_error,
+            Verdict.ok,
+            Verdict.time_limit,
+            Verdict.memory_limit,
+            Verdict.ok,
+            Verdict.ok,
+            Verdict.ok,
+        ], [(r.verdict, r.detail) for r in results]
+        assert [results[i].stdout for i in (0, 3, 7, 8)] == ["3\n", "42\n", "", "10\n"]
+        # The warm server (the jail's init, pid 1) is every test's parent: the same jail for every test.
+        assert results[1].stdout == "1 1\n"
+        assert results[4].cpu_s > LIMITS.cpu_s
+        # The daemon the earlier test left behind was killed: a later test runs alone.
+        assert submission.run("daemon").verdict is Verdict.ok
+
+
+def test_compiled_programs_run_cold_when_asked(backend: Backend) -> None:
+    with Submission("c", EXEC_C, limits=LIMITS, backend=backend, warm=False) as submission:
+        assert not submission.warm and submission.compile().ok
+        assert submission.run("parent").stdout == "0 0\n"  # the program is its own jail's init
+
+
 # -- call mode -----------------------------------------------------------------------------------------
 
 CANDIDATE = """

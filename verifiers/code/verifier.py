@@ -1,15 +1,18 @@
 """The `code` verifier: run a model-written program against the task's tests in sandboxes and judge it here.
 
-Pipeline: extract the program (extract.py), compile it once (`Submission`, or a warm `WarmPython` for the call
-and assert-script formats), run every test in the sandbox, and judge each test in this process from plain
+Pipeline: extract the program (extract.py), compile it once (`Submission`; for the call and assert-script
+formats a warm `WarmPython`, or a `HarnessProgram` in the other languages), run every test in the sandbox, and judge each test in this process from plain
 data: captured stdout compared by a named preset (compare.py) or by a special-judge checker that runs in a
 sandbox of its own; call-format return values decoded as plain data and compared here; an assert script run
 in a second sandbox whose candidate names are proxies into the candidate's sandbox. The exit status of a
 program never decides a pass; a value that is not plain data (a forged `__eq__`, an `int` subclass) is a
 wrong answer.
 
-Formats: `stdio` (all seven languages), `call` and `assert_script` (Python only; other languages are a 422
-naming `reference.language`).
+Formats: all three in all seven languages. `stdio` runs the program per test (compiled once; warm: one jail
+per submission). `call` and `assert_script` call functions: Python through the warm server's call mode, the
+others through a generated call harness (calls.py, harness.py: the entry point's signature parsed from the
+source for C, C++, Java, Go and Rust, JSON for JavaScript), one fork+exec per call in one jail. An assert
+script is always Python and runs in its own sandbox with proxies into the candidate's.
 
 Time limit per test is CPU time: `limits.cpu_s` (default 2 s) for every test, or, when a `reference_solution`
 is given, a limit per test (EvalPlus style): test i gets max(time_floor_s, time_multiple x the reference's CPU
@@ -54,8 +57,10 @@ from proctor.sandboxes.job import CommandResult, Limits
 from proctor.sandboxes.job import Verdict as RunVerdict
 from proctor.sandboxes.languages import NotCompiled, Submission, get_language, resolve_backend
 from proctor.sandboxes.warm import CallResult, WarmPython
+from proctor.verifiers.code.calls import TYPED, HarnessProgram
 from proctor.verifiers.code.compare import COMPARATORS, CompareName, compare_output, compare_values
 from proctor.verifiers.code.extract import extract_code
+from proctor.verifiers.code.signature import json_fits
 
 VERSION = "1.0.0"
 LANGUAGE_NAMES = ("python", "c", "cpp", "java", "javascript", "go", "rust")
@@ -71,7 +76,6 @@ UNCAPPED_OUTPUT = 16 * MIB
 CHECKER_LIMITS = Limits(cpu_s=10.0, memory_mb=1024)
 SCRIPT_LIMITS = Limits(cpu_s=10.0, memory_mb=1024)
 CALIBRATION_CACHE = 256
-PYTHON_ONLY = ("call", "assert_script")
 FAILED_VERDICTS = ("runtime_error", "time_limit", "memory_limit", "output_limit")
 
 Identifier = Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$", max_length=200)]
@@ -215,8 +219,15 @@ class CodeReference(BaseModel):
         except KeyError as exc:
             raise ValueError(str(exc.args[0])) from None
         tests = info.data.get("tests")
-        if tests is not None and tests.format in PYTHON_ONLY and name != "python":
-            raise ValueError(f"the {tests.format} format is Python-only; use stdio tests for {name}")
+        if isinstance(tests, CallTests) and name != "python":
+            for index, case in enumerate(tests.cases):
+                if case.kwargs:
+                    raise ValueError(f"tests.cases[{index}].kwargs: keyword arguments are Python-only")
+                if name in TYPED and not all(json_fits(v) for v in [*case.args, case.expected]):
+                    raise ValueError(
+                        f"tests.cases[{index}]: {name} calls take numbers, bools, strings and lists of them "
+                        "nested at most twice (no objects or nulls)"
+                    )
         return name
 
 
@@ -460,8 +471,20 @@ class Judge:
 
     # -- call ----------------------------------------------------------------------------------------
 
-    def _load(self, code: str, run: Outcome) -> WarmPython | None:
-        program = WarmPython(code, mode="call", limits=self.limits, backend=self.backend)
+    def _load(self, code: str, run: Outcome, entry_point: str, method_of: str | None = None) -> Any:
+        """The candidate loaded for calls: a WarmPython (Python) or a HarnessProgram (the others); None when
+        it did not load (run says why)."""
+        if self.reference.language == "python":
+            program: Any = WarmPython(code, mode="call", limits=self.limits, backend=self.backend)
+        else:
+            program = HarnessProgram(
+                self.reference.language,
+                code,
+                entry_point=entry_point,
+                method_of=method_of,
+                limits=self.limits,
+                backend=self.backend,
+            )
         outcome = program.start()
         if outcome.status == "sandbox_error":
             program.close()
@@ -475,10 +498,20 @@ class Judge:
 
     def _call(self, code: str, tests: CallTests) -> Outcome:
         run = Outcome(compiled=False, total=len(tests.cases))
-        program = self._load(code, run)
+        program = self._load(code, run, tests.entry_point, tests.method_of)
         if program is None:
             return run
         with program:
+            if isinstance(program, HarnessProgram):
+                # A signature that cannot take the task's arguments is the program's fault, as a judge that
+                # compiles the call would report it.
+                for index, case in enumerate(tests.cases):
+                    problem = program.check(tests.entry_point, case.args)
+                    if problem is not None:
+                        run.compiled = False
+                        run.load_failure = "compile_error"
+                        run.message = f"cannot call the entry point with test {index}'s arguments: {problem}"
+                        return run
             for index, case in enumerate(tests.cases):
                 limits = self.limits_for(index)
                 called = program.call(
@@ -508,10 +541,10 @@ class Judge:
 
     def _script(self, code: str, tests: AssertScriptTests) -> Outcome:
         run = Outcome(compiled=False, total=1)
-        program = self._load(code, run)
+        program = self._load(code, run, tests.entry_point)
         if program is None:
             return run
-        names = candidate_names(code)
+        names = candidate_names(code) if isinstance(program, WarmPython) else program.names
         script = with_check_call(tests.script, tests.entry_point)
         cpu = [0.0]
         limits = self.limits_for(0)  # the script is one test; each call into the candidate gets its limit
@@ -776,6 +809,7 @@ _SUM_CALL = {
         "cases": [{"args": [1, 2], "expected": 3}, {"args": [5, 5], "expected": 10}],
     },
 }
+_SUM_CALL_JS = {**_SUM_CALL, "language": "javascript"}
 _SUM_SCRIPT = {
     "language": "python",
     "tests": {
@@ -800,6 +834,12 @@ _EXAMPLES = (
     ),
     Example(_fence(_PY_ADD), _SUM_CALL, 1.0, note="call format"),
     Example(_fence(_PY_ADD), _SUM_SCRIPT, 1.0, note="HumanEval-style check(candidate)"),
+    Example(
+        _fence("function add(a, b) {\n  return a + b;\n}\n", "javascript"),
+        _SUM_CALL_JS,
+        1.0,
+        note="call format, JavaScript (the harness calls it; the value is compared here)",
+    ),
     Example(
         _fence("import sys\na, b = map(int, sys.stdin.read().split())\nprint(a / b)\n"),
         {
@@ -856,6 +896,12 @@ _EXAMPLES = (
         0.0,
         note="monkeypatched builtins",
     ),
+    Example(
+        _fence('function add(a, b) {\n  console.log("3");\n  process.exit(0);\n}\n', "javascript"),
+        _SUM_CALL_JS,
+        0.0,
+        note="JavaScript: prints an answer and exits 0 before returning",
+    ),
     Example(_fence("while True:\n    pass\n"), _SUM_PY, 0.0, note="infinite loop"),
     Example(_fence("while True:\n    print('3' * 4096)\n"), _SUM_PY, 0.0, note="huge output"),
     Example(
@@ -873,8 +919,8 @@ SPEC = register_verifier(
         score=score_code,
         reference=CodeReference,
         options=CodeOptions,
-        description="Run the response's program against the task's tests (stdio in seven languages; Python "
-        "function calls and HumanEval/MBPP assert scripts) in sandboxes, judging plain data outside them; "
+        description="Run the response's program against the task's tests (stdio, function calls and "
+        "HumanEval/MBPP assert scripts, in seven languages) in sandboxes, judging plain data outside them; "
         "reward all_pass or the fraction of tests passed.",
         examples=_EXAMPLES,
         execution="pool",
