@@ -29,7 +29,15 @@ import time
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Depends
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    TypeAdapter,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 from starlette.responses import Response
 
 from proctor.api.rendering import json_response
@@ -41,6 +49,7 @@ from proctor.settings import get_settings
 from proctor.verifiers.formula import Formula, FormulaError
 from proctor.verifiers.judge import parse
 from proctor.verifiers.judge.client import JudgeError, Sampling, complete, judge_config
+from proctor.verifiers.judge.common import check_http_url
 
 router = APIRouter(prefix="/v1/graders", tags=["graders"])
 
@@ -232,6 +241,12 @@ class JudgeOverride(BaseModel):
     base_url: str | None = None
     model: str | None = None
     api_key: str | None = None
+
+    @field_validator("base_url")
+    @classmethod
+    def _http_url(cls, value: str | None) -> str | None:
+        # Checked here so a bad URL is a 422 naming judge.base_url, not a 503 after a retry budget of tries.
+        return value if value is None else check_http_url(value)
 
 
 class RunRequest(BaseModel):
@@ -534,6 +549,10 @@ async def _run_model(
         outcome.usage[reply.model] = dict(reply.usage)
     if reply.text is None:
         outcome.errors["model_grader_refusal_error"] = True
+        return
+    if reply.truncated:
+        outcome.errors["model_grader_parse_error"] = True
+        outcome.scores["parse_error"] = "the reply was cut off at max_tokens"
         return
     try:
         if isinstance(grader, ScoreModelGrader):

@@ -5,7 +5,7 @@
 - `server.responder = fn(messages) -> str` decides the reply text of ordinary calls (default: "").
 - `server.script(action, ...)` queues one-off actions consumed by the next calls, in order:
   `Reply(text)`, `Refusal(text)`, `Error(status, retry_after=None)`, `Slow(seconds)` (then the responder's
-  reply), `Drop()` (close the connection without answering).
+  reply), `Drop()` (close the connection without answering), `Raw(body)` (200 with that JSON body).
 - `server.latency_s` adds a delay to every call (benchmarks).
 Every chat request body is recorded in `server.requests`.
 
@@ -71,7 +71,14 @@ class Hold:
     release: threading.Event
 
 
-Action = Reply | Refusal | Error | Slow | Drop | Hold
+@dataclass(frozen=True)
+class Raw:
+    """Answer 200 with this JSON body as it is (a server that is not quite OpenAI-compatible)."""
+
+    body: Any
+
+
+Action = Reply | Refusal | Error | Slow | Drop | Hold | Raw
 
 
 def embed(text: str) -> list[float]:
@@ -93,6 +100,7 @@ class JudgeServer:
         self.latency_s = latency_s
         self.requests: list[dict[str, Any]] = []
         self.embedding_requests: list[dict[str, Any]] = []
+        self.embedding_reply: dict[str, Any] | None = None  # when set, every embeddings call gets this body
         self.inflight = 0
         self.max_inflight = 0
         self._actions: deque[Action] = deque()
@@ -188,6 +196,9 @@ class JudgeServer:
             def _embeddings(self, body: dict[str, Any]) -> None:
                 with server._lock:
                     server.embedding_requests.append(body)
+                if server.embedding_reply is not None:
+                    self._send(200, server.embedding_reply)
+                    return
                 texts = body.get("input")
                 texts = [texts] if isinstance(texts, str) else texts
                 data = [
@@ -202,6 +213,9 @@ class JudgeServer:
                 if isinstance(action, Drop):
                     self.close_connection = True
                     self.connection.shutdown(socket.SHUT_RDWR)
+                    return
+                if isinstance(action, Raw):
+                    self._send(200, action.body)
                     return
                 if isinstance(action, Error):
                     headers = {"Retry-After": action.retry_after} if action.retry_after is not None else {}

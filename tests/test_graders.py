@@ -12,7 +12,16 @@ import pytest
 
 from proctor.api.graders import render, string_check
 from tests.conftest import ServerProcess, free_port, server_env
-from tests.judge_server import Drop, Error, JudgeServer, Refusal, Reply, keyword_rubric_judge, user_text
+from tests.judge_server import (
+    Drop,
+    Error,
+    JudgeServer,
+    Raw,
+    Refusal,
+    Reply,
+    keyword_rubric_judge,
+    user_text,
+)
 
 RUBRIC = {"items": [{"criterion": "Names paris", "points": 2}, {"criterion": "Mentions france"}]}
 
@@ -220,6 +229,14 @@ def test_model_grader_outage_is_503_not_a_grade(http, judge):
     assert "judge_http_500" in body["metadata"]["errors"]["model_grader_server_error_details"]
 
 
+def test_a_malformed_judge_reply_is_503_not_a_500(http, judge):
+    judge.script(Raw({"choices": [{"index": 0, "message": "0.9"}]}))
+    grader = {"type": "score_model", "name": "g", "input": [{"role": "user", "content": "Score malformed"}]}
+    response = run(http, grader, "x")
+    assert response.status_code == 503
+    assert "judge_bad_reply" in response.json()["metadata"]["errors"]["model_grader_server_error_details"]
+
+
 def test_label_model_grader(http, judge):
     judge.responder = lambda messages: '{"result": "correct"}'
     grader = {
@@ -395,3 +412,33 @@ def test_missing_item_variable_is_422(http):
     }
     response = run(http, grader, "x", {"present": 1})
     assert response.status_code == 422 and "missing" in response.json()["error"]["message"]
+
+
+def test_a_bad_judge_base_url_is_422_naming_it(http):
+    grader = {"type": "score_model", "name": "g", "input": [{"role": "user", "content": "Score it"}]}
+    body = {"grader": grader, "model_sample": "x", "judge": {"base_url": "ftp://judge.example/v1"}}
+    response = http.post("/v1/graders/run", json=body)
+    assert response.status_code == 422, response.text
+    assert response.json()["error"]["field"].endswith("judge.base_url")
+
+
+def test_a_judge_outage_inside_a_multi_grader_is_503_not_a_partial_grade(http, judge):
+    judge.script(*[Error(500)] * 40)
+    grader = {
+        "type": "multi",
+        "name": "combo",
+        "graders": {
+            "exact": {
+                "type": "string_check",
+                "input": "{{sample.output_text}}",
+                "reference": "x",
+                "operation": "eq",
+            },
+            "model": {"type": "score_model", "input": [{"role": "user", "content": "Score multi outage"}]},
+        },
+        "calculate_output": "0.5 * exact + 0.5 * model",
+    }
+    response = run(http, grader, "x")
+    assert response.status_code == 503
+    body = response.json()
+    assert body["sub_rewards"]["exact"] == 1.0 and body["metadata"]["errors"]["model_grader_server_error"]

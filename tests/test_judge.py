@@ -17,6 +17,7 @@ from tests.judge_server import (
     Error,
     Hold,
     JudgeServer,
+    Raw,
     Refusal,
     Reply,
     Slow,
@@ -113,6 +114,17 @@ def test_result_and_final_decision_are_strict():
         with pytest.raises(parse.Unparseable):
             parse.final_decision(bad)
     assert parse.final_decision("<think>Final Decision: No</think>Final Decision: Yes") is True
+    # Restating the format is not a decision; a thought cut off before </think> is not a verdict.
+    for bad in (
+        "Answer with Final Decision: Yes/No",
+        "Final Decision: yes or no",
+        "<think>Final Decision: Yes",
+    ):
+        with pytest.raises(parse.Unparseable):
+            parse.final_decision(bad)
+    assert parse.final_decision("Final Decision: Yes/No?\nFinal Decision: No") is False
+    with pytest.raises(parse.Unparseable):
+        parse.result_score("<think>maybe [RESULT] 10", 0, 10)
 
 
 def test_preference_and_model_outputs():
@@ -177,6 +189,28 @@ async def test_outages_raise_within_the_retry_budget(judge, actions, reason):
     assert failed.value.reason == reason
 
 
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"choices": [{"index": 0, "message": "Final Decision: Yes"}]},
+        {"choices": []},
+        ["not", "an", "object"],
+    ],
+)
+async def test_a_200_that_is_not_a_chat_completion_is_a_judge_error(judge, body):
+    judge.script(Raw(body))
+    with pytest.raises(JudgeError) as failed:
+        await _ask(judge, f"malformed {body}")
+    assert failed.value.reason == "judge_bad_reply"
+
+
+async def test_usage_that_is_not_an_object_is_ignored(judge):
+    body = {"model": "m", "choices": [{"message": {"content": "ok"}}], "usage": [1, 2]}
+    judge.script(Raw(body))
+    reply = await _ask(judge, "odd usage")
+    assert reply.text == "ok" and reply.usage == {}
+
+
 async def test_client_errors_are_not_retried(judge):
     before = judge.calls
     judge.script(Error(401))
@@ -214,6 +248,14 @@ async def test_sampling_settings_and_sample_index_are_part_of_the_key(judge):
     await client.complete(config, messages, Sampling(temperature=0.0), 0)
     await client.complete(config, messages, Sampling(temperature=0.7), 0)
     assert judge.calls - before == 3
+
+
+async def test_seeded_samples_are_not_one_sample_repeated(judge):
+    config, messages = _config(judge), [{"role": "user", "content": "seeded"}]
+    before = judge.calls
+    for sample in range(3):
+        await client.complete(config, messages, Sampling(temperature=0.7, seed=7), sample)
+    assert [request["seed"] for request in judge.requests[before:]] == [7, 8, 9]
 
 
 def test_retry_after_and_backoff():
@@ -396,6 +438,15 @@ def test_equivalence_master_keys_never_reach_even_a_gullible_judge(engine, judge
         assert result.status is Status.ok and result.reward == 0.0, response
     assert judge.calls == before
     assert score(engine, judge, "judge.equivalence", "Answer: forty-two", "42").reward == 1.0
+
+
+def test_a_reply_cut_off_at_max_tokens_is_not_a_verdict(engine, judge):
+    # "[RESULT] 1" may be the start of "[RESULT] 10"; a "Yes" may be about to be revised.
+    cut = {"choices": [{"message": {"content": "Final Decision: Yes"}, "finish_reason": "length"}]}
+    judge.script(Raw(cut))
+    result = score(engine, judge, "judge.equivalence", "Answer: Paris", "paris", rules_first="none")
+    assert (result.status, result.reward, result.reason) == (Status.ok, 0.0, "judge_unparseable")
+    assert "cut off" in result.details["judge_problems"][0]
 
 
 def test_equivalence_rules_first_skip_the_judge(engine, judge):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections.abc import Iterator
 
 import pytest
@@ -76,6 +77,29 @@ def test_formula_rejects_everything_off_the_whitelist(text):
 def test_formula_values_that_are_not_finite_numbers_are_errors(text):
     with pytest.raises(FormulaError):
         Formula(text, {"a"}).evaluate({"a": 1.0})
+
+
+def test_formula_round_cannot_hang_the_service():
+    # round(int, -n) makes Python compute 10**n; round(5, -10**7) took 17 s, -10**9 far longer.
+    outcome: list[object] = []
+
+    def evaluate() -> None:
+        try:
+            outcome.append(Formula("round(5, -10**7)", set()).evaluate({}))
+        except FormulaError as exc:
+            outcome.append(exc)
+
+    worker = threading.Thread(target=evaluate, daemon=True)
+    worker.start()
+    worker.join(timeout=5)  # a bounded wait for hang detection, not a timing assertion
+    assert not worker.is_alive() and isinstance(outcome[0], FormulaError)
+    assert Formula("round(a, 2)", {"a"}).evaluate({"a": 0.12345}) == pytest.approx(0.12)
+    assert Formula("round(a)", {"a"}).evaluate({"a": 2.6}) == 3.0
+
+
+def test_formula_rejects_a_function_used_as_a_value():
+    with pytest.raises(FormulaError, match="is a function"):
+        Formula("abs + a", {"a"})
 
 
 def test_length_shaping_functions():
@@ -186,6 +210,8 @@ def test_a_runtime_formula_error_is_a_verifier_error(engine):
         ({"components": {"x-y": FMT}}, "identifier"),
         ({"components": {"x": {"verifier": "multi", "reference": {}}}}, "multi cannot contain multi"),
         ({"components": {"x": {**FMT, "options": {"bogus": 1}}}}, "component x"),
+        ({"components": {"x": FMT}, "formula": "x + overlong(length, max_length, 10)"}, "'max_length'"),
+        ({"components": {"x": FMT}, "formula": "x - abs"}, "is a function"),
     ],
 )
 def test_bad_references_are_422(engine, reference, field_part):

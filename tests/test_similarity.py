@@ -143,3 +143,26 @@ def test_bad_options_are_422(engine, options, field):
     with pytest.raises(RequestError) as rejected:
         engine.score({"verifier": "text.similarity", "response": "x", "reference": "y", "options": options})
     assert rejected.value.field == field
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        [{"index": 0, "embedding": [1.0, 0.0]}],  # one vector for two texts
+        [{"index": 0, "embedding": [1.0, 0.0]}, {"index": 1, "embedding": [1.0]}],
+    ],
+)
+def test_a_broken_embeddings_reply_is_judge_error(engine, data):
+    with JudgeServer() as server:
+        server.embedding_reply = {"object": "list", "data": data}
+        options = {"metric": "cosine", "embedding_base_url": server.base_url}
+        result = engine.score(
+            {"verifier": "text.similarity", "response": "x", "reference": "y", "options": options}
+        )
+    assert result.status is Status.judge_error and result.reason == "embedding_bad_reply"
+
+
+def test_embedding_vectors_must_be_finite():
+    similarity.check_vectors([[1.0, 0.0], [0.0, 1.0]], 2)
+    with pytest.raises(ValueError, match="NaN"):
+        similarity.check_vectors([[1.0, float("nan")], [0.0, 1.0]], 2)

@@ -6,7 +6,11 @@ The constructed cases pin down where `strict` differs from Spider test-suite's a
 
 from __future__ import annotations
 
+import itertools
+import random
 import sqlite3
+import threading
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -21,6 +25,7 @@ from proctor.verifiers.sql.extract import (
     extract_sql,
     remove_distinct,
     shape_of,
+    spider_postprocess,
     split_statements,
 )
 
@@ -37,6 +42,7 @@ from proctor.verifiers.sql.extract import (
         ("SELECT 1; -- trailing comment\n", "SELECT 1"),
         ("SELECT a FROM t; DROP TABLE t", "DROP TABLE t"),
         ("", ""),
+        ("<answer>SELECT a FROM t</answer>\nChecked with:\n```python\nprint(rows)\n```", "SELECT a FROM t"),
     ],
 )
 def test_extract_takes_the_last_block_tag_or_statement(response: str, expected: str):
@@ -319,10 +325,112 @@ def test_keyed_gold_queries_append_sort_keys_only_where_safe():
     union = check_select("SELECT a FROM t UNION SELECT b FROM u ORDER BY a")[0]
     assert keyed_queries(union, 1, "sqlite")[2] == [0]
     assert keyed_queries(check_select("SELECT DISTINCT a FROM t ORDER BY b")[0], 1, "sqlite") is None
-    assert keyed_queries(check_select("SELECT * FROM t ORDER BY b")[0], 1, "sqlite") is None
+    star, _, star_index = keyed_queries(check_select("SELECT * FROM t ORDER BY b LIMIT 3")[0], 4, "sqlite")
+    assert star_index == [4] and star.startswith("SELECT *, b FROM")
+
+
+def test_select_star_gold_is_tie_aware_too(db_folder: Path):
+    # pen (id 1) and pad (id 3) tie on stock 10: either may come first.
+    gold = "SELECT * FROM item ORDER BY stock DESC"
+    assert score("SELECT * FROM item ORDER BY stock DESC, id DESC", gold).reward == 1.0
+    assert score("SELECT * FROM item ORDER BY stock ASC", gold).reason == "order"
+    limited = score("SELECT * FROM item ORDER BY stock DESC, id DESC LIMIT 1", gold + " LIMIT 1")
+    assert limited.reward == 1.0
 
 
 def test_distinct_gold_with_hidden_sort_key_compares_positionally(db_folder: Path):
     gold = "SELECT DISTINCT name FROM item ORDER BY name DESC"
     assert score("SELECT name FROM item GROUP BY name ORDER BY name DESC", gold).reward == 1.0
     assert score("SELECT DISTINCT name FROM item ORDER BY name", gold).reason == "order"
+
+
+def test_spider_ts_matches_on_every_test_suite_database_in_the_folder(db_folder: Path):
+    # The test-suite evaluation runs both queries on every *.sqlite next to the original (its distilled
+    # databases); a constant that happens to equal the count on the original fails on a sibling.
+    sibling = sqlite3.connect(db_folder / "shop" / "shop_1.sqlite")
+    sibling.executescript(
+        "CREATE TABLE item (id INTEGER PRIMARY KEY, name TEXT, price REAL, stock INTEGER, tag TEXT);"
+        "INSERT INTO item VALUES (1, 'pen', 1.0, 1, 'a'), (2, 'ink', 2.0, 0, NULL);"
+    )
+    sibling.commit()
+    sibling.close()
+    gold = "SELECT count(*) FROM item"
+    constant = score("SELECT 5", gold, comparator="spider_ts")
+    assert (constant.reward, constant.reason) == (0.0, "rows")
+    assert constant.details["test_suite_database"] == "shop_1.sqlite"
+    right = score("SELECT count(id) FROM item", gold, comparator="spider_ts")
+    assert right.reward == 1.0 and right.details["test_suite_databases"] == 2
+    assert score("SELECT 5", gold, comparator="spider_ts", test_suite=False).reward == 1.0
+    assert score("SELECT 5", gold).reward == 1.0  # strict reads only the named database
+
+
+def test_spider_ts_replaces_the_current_year_as_its_executor_does(db_folder: Path):
+    assert spider_postprocess("SELECT YEAR ( CURDATE ( ) ) - 1") == "SELECT 2020- 1"
+    assert score("SELECT 2020", "SELECT year(curdate())", comparator="spider_ts").reward == 1.0
+
+
+def _brute_force_spider(result1, result2, order_matters):
+    """Spider's loop over column permutations, for small tables."""
+    constraints = compare._constraints([{row[i] for row in result1} for i in range(len(result1[0]))], result2)
+    for perm in itertools.permutations(range(len(result1[0]))):
+        if all(perm[i] in constraints[i] for i in range(len(perm))):
+            permuted = [tuple(row[i] for i in perm) for row in result2]
+            if permuted == result1 if order_matters else Counter(permuted) == Counter(result1):
+                return True
+    return False
+
+
+def test_spider_permutation_search_agrees_with_spiders_loop():
+    rng = random.Random(7)
+    agreed = 0
+    for _ in range(600):
+        cols, rows = rng.randint(1, 5), rng.randint(1, 4)
+        result1 = [tuple(rng.choice((0, 1, 2.0, "a")) for _ in range(cols)) for _ in range(rows)]
+        perm = rng.sample(range(cols), cols)
+        result2 = [tuple(row[i] for i in perm) for row in result1]
+        if rng.random() < 0.5:
+            rng.shuffle(result2)
+        if rng.random() < 0.3:
+            result2[0] = tuple(rng.sample(result2[0], cols))  # the same cells, scrambled in one row
+        for order in (False, True):
+            expected = _brute_force_spider(result1, result2, order)
+            assert compare.spider_result_eq(result1, result2, order) == expected, (result1, result2, order)
+            agreed += expected
+    assert agreed > 100  # both outcomes were exercised
+
+
+def test_spider_permutation_search_cannot_hang_on_look_alike_columns():
+    # Ten columns with the same values in every row: Spider's product of candidates has 10**10 tuples.
+    result1 = [(0,) * 9 + (1,), (1,) * 9 + (0,)]
+    result2 = [(0,) * 9 + (1,), (0,) + (1,) * 9]  # each row's cells match, no column order does
+    found: list[bool] = []
+    worker = threading.Thread(
+        target=lambda: found.append(compare.spider_result_eq(result1, result2, False)), daemon=True
+    )
+    worker.start()
+    worker.join(timeout=5)  # a bounded wait for hang detection, not a timing assertion
+    assert not worker.is_alive() and found == [False]
+    assert compare.spider_result_eq(result1, [result1[1], result1[0]], False)
+
+
+def test_strict_compares_large_wrong_results_without_quadratic_work():
+    # A wrong query returning thousands of rows (a missing WHERE) must score 0 quickly; a pairwise search took
+    # 19 s for 2000 rows, so such answers ran into the deadline (a masked timeout) instead of scoring 0.
+    size = 3000
+    outcomes: list[compare.Outcome] = []
+
+    def run() -> None:
+        for cast in (int, float):
+            gold = gold_of([(cast(i), "x") for i in range(size)], columns=2)
+            outcomes.append(
+                compare.compare_strict(gold, Result(["a", "b"], [(cast(i) + 0.5, "x") for i in range(size)]))
+            )
+        outcomes.append(compare.compare_strict(gold, Result(["a", "b"], list(reversed(gold.result.rows)))))
+
+    worker = threading.Thread(target=run, daemon=True)
+    worker.start()
+    worker.join(timeout=10)  # a bounded wait for hang detection, not a timing assertion
+    assert not worker.is_alive()
+    assert [(o.match, o.reason) for o in outcomes] == [(False, "rows"), (False, "rows"), (True, None)]
+    assert outcomes[0].details["first_missing_row"] == [0, "x"]
+    assert outcomes[0].details["first_extra_row"] == [0.5, "x"]

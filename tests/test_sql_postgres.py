@@ -158,3 +158,21 @@ def test_postgres_server_outlives_a_killed_statement(configured):
     )
     assert time.monotonic() - started < 30
     assert score("SELECT 5", "SELECT count(*) FROM item").reward == 1.0
+
+
+def test_postgres_gold_results_never_go_stale_on_disk(configured, tmp_path: Path):
+    import psycopg
+
+    from proctor.verifiers.sql.databases import gold_cache
+
+    gold = "SELECT count(*) FROM item WHERE stock > 0"
+    assert score("SELECT 4", gold).reward == 1.0
+    assert not list((tmp_path / "cache" / "gold").glob("*.json"))  # a server's content has no hash to key by
+    with psycopg.connect(configured["owner"], autocommit=True) as owner:
+        owner.execute("INSERT INTO item VALUES (6, 'nib', 0.5, 3, NULL)")
+        try:
+            gold_cache.clear_memory()  # as a new process would start
+            assert score("SELECT 5", gold).reward == 1.0
+        finally:
+            owner.execute("DELETE FROM item WHERE id = 6")
+            gold_cache.clear_memory()

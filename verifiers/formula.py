@@ -80,13 +80,25 @@ def _sqrt(value: float) -> float:
     return math.sqrt(value)
 
 
+MAX_ROUND_DIGITS = 15
+
+
+def _round(value: float, digits: float = 0) -> float:
+    # Python's round(int, -n) computes 10**n: an unbounded n would hang the service on a request's formula.
+    if digits != int(digits) or abs(digits) > MAX_ROUND_DIGITS:
+        raise FormulaError(
+            f"round's digits must be an integer from -{MAX_ROUND_DIGITS} to {MAX_ROUND_DIGITS}"
+        )
+    return float(round(float(value), int(digits)))
+
+
 FUNCTIONS: dict[str, Callable[..., float]] = {
     "min": min,
     "max": max,
     "abs": abs,
     "floor": math.floor,
     "ceil": math.ceil,
-    "round": round,
+    "round": _round,
     "exp": lambda x: math.exp(min(x, 700.0)),
     "log": _log,
     "sqrt": _sqrt,
@@ -128,8 +140,11 @@ class Formula:
         if len(nodes) > MAX_NODES:
             raise FormulaError(f"the formula has more than {MAX_NODES} parts")
         self.names: set[str] = set()
+        called = {id(node.func) for node in nodes if isinstance(node, ast.Call)}
         for node in nodes:
             self._check(node, variables)
+            if isinstance(node, ast.Name) and node.id not in variables and id(node) not in called:
+                raise FormulaError(f"{node.id} is a function: call it, as in {node.id}(...)")
         self.tree = tree.body
 
     def _check(self, node: ast.AST, variables: set[str] | frozenset[str]) -> None:

@@ -106,8 +106,12 @@ class MultiReference(BaseModel):
         if not low < high:
             raise ValueError("range must be [low, high] with low < high")
         if self.formula is not None:
+            # Only the length variables this reference defines: one it leaves unset would fail every score.
+            defined = {"length"} | {
+                name for name in ("max_length", "cache_length") if getattr(self, name) is not None
+            }
             try:
-                Formula(self.formula, set(self.components) | LENGTH_VARIABLES)
+                Formula(self.formula, set(self.components) | defined)
             except FormulaError as exc:
                 raise ValueError(f"formula: {exc}") from None
         return self

@@ -17,6 +17,7 @@ synchronous callers.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import email.utils
 import hashlib
 import json
@@ -115,6 +116,7 @@ class Reply:
     prompt_hash: str
     cached: bool = False
     attempts: int = 1
+    truncated: bool = False  # finish_reason "length": the judge was cut off before it finished its verdict
 
 
 @dataclass
@@ -235,7 +237,11 @@ async def complete(
     future: asyncio.Future = asyncio.get_running_loop().create_future()
     state.inflight[key] = future
     try:
-        reply = await _call(state, config, messages, sampling, key)
+        # With a seed, sample i sends seed + i: the same seed k times would make the k samples one sample.
+        sent = (
+            sampling if sampling.seed is None else dataclasses.replace(sampling, seed=sampling.seed + sample)
+        )
+        reply = await _call(state, config, messages, sent, key)
     except asyncio.CancelledError:
         future.cancel()
         raise
@@ -252,7 +258,7 @@ async def complete(
 
 
 def _as_cached(reply: Reply) -> Reply:
-    return Reply(reply.text, reply.refusal, reply.usage, reply.model, reply.prompt_hash, True, 0)
+    return dataclasses.replace(reply, cached=True, attempts=0)
 
 
 async def _call(
@@ -321,11 +327,14 @@ def _reply_of(response: httpx.Response, config: JudgeConfig, key: str, attempts:
     try:
         data = response.json()
         message = data["choices"][0]["message"]
+        if not isinstance(message, dict) or not isinstance(data["choices"][0], dict):
+            raise TypeError("choices[0].message is not an object")
     except (ValueError, KeyError, IndexError, TypeError) as exc:
+        # A server that answers 200 with something else is broken: an outage, not a verdict (and not a 500).
         raise JudgeError(
             "judge_bad_reply", f"not a chat completion ({exc!r}): {response.text[:ERROR_EXCERPT]}", attempts
         ) from None
-    usage = data.get("usage") or {}
+    usage = data.get("usage") if isinstance(data.get("usage"), dict) else {}
     tokens = {
         name: int(usage[name])
         for name in ("prompt_tokens", "completion_tokens", "total_tokens")
@@ -340,4 +349,5 @@ def _reply_of(response: httpx.Response, config: JudgeConfig, key: str, attempts:
         model=str(data.get("model") or config.model),
         prompt_hash=key,
         attempts=attempts,
+        truncated=data["choices"][0].get("finish_reason") == "length",
     )

@@ -133,6 +133,12 @@ async def ask(
             ledger.problems.append(f"refusal: {(reply.refusal or '')[:200]}")
             verdicts.append(None)
             continue
+        if (
+            reply.truncated
+        ):  # a cut-off reply may end in a verdict it was about to revise, or in half a number
+            ledger.problems.append("unparseable: the reply was cut off at max_tokens")
+            verdicts.append(None)
+            continue
         try:
             verdicts.append(parse(reply.text))
         except Unparseable as exc:

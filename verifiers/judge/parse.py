@@ -18,10 +18,12 @@ import json
 import re
 from typing import Any
 
+THINK_OPEN = "<think>"
 THINK_CLOSE = "</think>"
 _FENCE = re.compile(r"^```(?:json)?\s*\n?(.*?)\n?```$", re.DOTALL)
 _RESULT = re.compile(r"\[RESULT\]\s*(-?\d+(?:\.\d+)?)", re.IGNORECASE)
-_DECISION = re.compile(r"final\s+decision\s*[:：]\s*\**\s*(yes|no)\b", re.IGNORECASE)
+# "Final Decision: Yes/No" or "Yes or No" is the judge restating the format, not deciding.
+_DECISION = re.compile(r"final\s+decision\s*[:：]\s*\**\s*(yes|no)\b(?!\s*(?:/|\bor\b))", re.IGNORECASE)
 
 
 class Unparseable(ValueError):
@@ -29,9 +31,14 @@ class Unparseable(ValueError):
 
 
 def visible(reply: str) -> str:
-    """What follows the last </think> (a reasoning judge's thoughts are not its verdict)."""
+    """What follows the last </think> (a reasoning judge's thoughts are not its verdict).
+
+    A reply whose <think> never closes (cut off mid-thought) has no visible part: a verdict the judge only
+    considered while thinking is not its verdict.
+    """
     close = reply.rfind(THINK_CLOSE)
-    return (reply if close < 0 else reply[close + len(THINK_CLOSE) :]).strip()
+    tail = reply if close < 0 else reply[close + len(THINK_CLOSE) :]
+    return "" if THINK_OPEN in tail else tail.strip()
 
 
 def json_object(reply: str) -> dict[str, Any]:

@@ -77,6 +77,14 @@ def database_path(db_id: str) -> Path | None:
     return path if path.is_file() else None
 
 
+def suite_databases(db_id: str) -> list[Path]:
+    """The other SQLite files in db_id's folder (Spider test-suite layout: '.sqlite' in the name), sorted."""
+    main = database_path(db_id)
+    if main is None:
+        return []
+    return sorted(p for p in main.parent.iterdir() if ".sqlite" in p.name and p.is_file() and p != main)
+
+
 def known_databases() -> list[str]:
     """db_ids present in the database folder."""
     root = database_root()
@@ -201,9 +209,11 @@ class GoldCache:
             self.hits += 1
         return found
 
-    def put(self, key: str, gold: GoldResult) -> None:
-        """Store a gold result in memory and, atomically, on disk."""
+    def put(self, key: str, gold: GoldResult, persist: bool = True) -> None:
+        """Store a gold result in memory and, when persist (immutable SQLite files), atomically on disk."""
         self._remember(key, gold)
+        if not persist:
+            return
         folder = cache_root() / "gold"
         tmp = folder / f".{key}.{os.getpid()}.{threading.get_ident()}.tmp"
         try:

@@ -61,10 +61,11 @@ def extract_sql(response: str) -> str:
     sql_blocks = [
         body for lang, body in blocks if lang.lower() in ("sql", "sqlite", "postgresql", "postgres")
     ]
+    unlabeled = [body for lang, body in blocks if not lang]
     if sql_blocks:
         text = sql_blocks[-1]
-    elif blocks:
-        text = blocks[-1][1]
+    elif unlabeled:  # a ```python or ```text block is not the answer
+        text = unlabeled[-1]
     else:
         answers = ANSWER.findall(response)
         text = answers[-1] if answers else response
@@ -147,9 +148,13 @@ def remove_distinct(sql: str) -> str:
     return "".join(out)
 
 
+_CUR_YEAR = re.compile(r"YEAR\s*\(\s*CURDATE\s*\(\s*\)\s*\)\s*", re.IGNORECASE)
+
+
 def spider_postprocess(sql: str) -> str:
-    """Spider's `postprocess`: join the split comparison operators '> =', '< =', '! ='."""
-    return sql.replace("> =", ">=").replace("< =", "<=").replace("! =", "!=")
+    """Spider's `postprocess` (join '> =', '< =', '! =') and its executor's `replace_cur_year` (-> 2020)."""
+    sql = sql.replace("> =", ">=").replace("< =", "<=").replace("! =", "!=")
+    return _CUR_YEAR.sub("2020", sql)
 
 
 def keyed_queries(
@@ -160,7 +165,7 @@ def keyed_queries(
 
     Sort terms that are output positions (ORDER BY 2) or output aliases are read from the output; others are
     appended as columns, which leaves a non-DISTINCT query's rows as they were. Returns None when the keys
-    cannot be added (compound or DISTINCT queries with expression terms, SELECT *).
+    cannot be added (compound or DISTINCT queries with expression terms).
     """
     terms = tree.args.get("order").expressions if tree.args.get("order") is not None else []
     if not terms:
@@ -175,11 +180,8 @@ def keyed_queries(
             key_index.append(int(inner.name) - 1)
         elif isinstance(inner, exp.Column) and not inner.table and inner.name.lower() in aliases:
             key_index.append(aliases.index(inner.name.lower()))
-        elif (
-            isinstance(keyed, exp.Select)
-            and not tree.args.get("distinct")  # extra columns would change what DISTINCT keeps
-            and not any(isinstance(s, exp.Star) for s in tree.selects)
-        ):
+        elif isinstance(keyed, exp.Select) and not tree.args.get("distinct"):
+            # Extra columns would change what DISTINCT keeps; after a `*` they are fine (`SELECT *, k`).
             key_index.append(columns + len(extra))
             extra.append(inner.copy())
         else:

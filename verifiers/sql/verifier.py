@@ -12,6 +12,8 @@ verifier_error, never a reward of 0.
 from __future__ import annotations
 
 import functools
+import hashlib
+from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, field_validator
@@ -31,6 +33,7 @@ from proctor.verifiers.sql.databases import (
     postgres_dsns,
     run_sqlite,
     staged,
+    suite_databases,
 )
 from proctor.verifiers.sql.extract import (
     check_select,
@@ -127,6 +130,11 @@ class SqlOptions(BaseOptions):
     gold_timeout_s: float = Field(10.0, gt=0, le=60, description="Time limit of a gold query.")
     max_rows: int = Field(100_000, ge=1, le=1_000_000, description="Rows fetched at most; more is too_large.")
     keep_distinct: bool = Field(False, description="spider_ts: keep DISTINCT (Spider strips it by default).")
+    test_suite: bool = Field(
+        True,
+        description="spider_ts: also match on every other *.sqlite file in the database's folder, as the "
+        "test-suite evaluation does (its distilled databases sit next to the original).",
+    )
     reward: Literal["match", "cell_f1", "tuple_f1"] = Field(
         "match", description="match: 0/1; cell_f1/tuple_f1: that component is the reward of a mismatch."
     )
@@ -135,7 +143,7 @@ class SqlOptions(BaseOptions):
 class _Target:
     """Where queries run: a SQLite file (original or perturbed) or a PostgreSQL connection."""
 
-    def __init__(self, reference: SqliteReference | PostgresReference, k: int = 0):
+    def __init__(self, reference: SqliteReference | PostgresReference, k: int = 0, path: Path | None = None):
         self.k = k
         if isinstance(reference, PostgresReference):
             self.dialect = "postgres"
@@ -144,11 +152,14 @@ class _Target:
             if self.name not in dsns:
                 raise WorkerError(f"dsn_name {self.name!r} is not configured in this process")
             self.dsn = dsns[self.name]
-            self.identity = f"postgres:{self.name}"
+            # A server's content has no cheap hash: key by the connection itself, and keep its gold results in
+            # memory only (see gold_result), so a changed database or DSN never serves stale gold rows.
+            dsn_hash = hashlib.sha256(self.dsn.encode()).hexdigest()[:16]
+            self.identity = f"postgres:{self.name}:{dsn_hash}"
             self.path = None
         else:
             self.dialect = "sqlite"
-            path = database_path(reference.db_id)
+            path = path or database_path(reference.db_id)
             if path is None:
                 raise WorkerError(f"database {reference.db_id!r} disappeared from the database folder")
             db_hash = content_hash(path)
@@ -180,7 +191,7 @@ def gold_result(target: _Target, gold: str, options: SqlOptions) -> GoldResult:
     if cached is not None:
         return cached
     found = compute_gold(target, gold, options)
-    gold_cache.put(key, found)
+    gold_cache.put(key, found, persist=target.path is not None)
     return found
 
 
@@ -331,22 +342,36 @@ def _score(response: str, reference: SqliteReference | PostgresReference, option
             details["golds_tried"] = len(golds)
         return _wrong(outcomes[best].reason or "rows", components, options, **details)
     for k in range(1, options.perturbations + 1 if target.path is not None else 1):
-        failed = _mismatch_on_copy(reference, k, golds, pred_sql, options)
+        failed = _mismatch_on(_Target(reference, k), golds, pred_sql, options)
         if failed is not None:
             return _wrong("perturbation", components, options, **base, perturbed_copy=k, **failed)
+    suite = (
+        suite_databases(reference.db_id)
+        if options.comparator == "spider_ts" and options.test_suite and target.path is not None
+        else []
+    )
+    for sibling in suite:
+        try:
+            failed = _mismatch_on(_Target(reference, path=sibling), golds, pred_sql, options)
+        except GoldFailed as exc:
+            raise GoldFailed(f"{exc} [test-suite database {sibling.name}]") from None
+        if failed is not None:
+            reason = failed.pop("copy_reason") or "rows"
+            return _wrong(reason, components, options, **base, test_suite_database=sibling.name, **failed)
     verdict = Verdict.right(**base, matched_gold=best, rows=len(pred.rows))
     verdict.components = components
+    if suite:
+        verdict.details["test_suite_databases"] = 1 + len(suite)
     if options.perturbations:
         key = "perturbed_copies" if target.path is not None else "perturbations_skipped"
         verdict.details[key] = options.perturbations if target.path is not None else "PostgreSQL"
     return verdict
 
 
-def _mismatch_on_copy(
-    reference: SqliteReference, k: int, golds: list[str], pred_sql: str, options: SqlOptions
+def _mismatch_on(
+    target: _Target, golds: list[str], pred_sql: str, options: SqlOptions
 ) -> dict[str, Any] | None:
-    """None when the prediction matches some gold on perturbed copy k, else why not."""
-    target = _Target(reference, k)
+    """None when the prediction matches some gold on another database (perturbed copy, test suite), else why not."""
     pred = target.run(pred_sql, options.timeout_s, options.max_rows)
     if isinstance(pred, Failure):
         return {"copy_reason": pred.code, "error": pred.message}

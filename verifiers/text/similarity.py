@@ -20,6 +20,7 @@ a deadline. An embeddings endpoint that fails is `judge_error` (a model endpoint
 from __future__ import annotations
 
 import importlib.util
+import math
 import threading
 import time
 from typing import Annotated, Any, Literal
@@ -209,7 +210,9 @@ def remote_embeddings(
             if response.status_code == 200:
                 try:
                     data = sorted(response.json()["data"], key=lambda entry: entry["index"])
-                    return [[float(x) for x in entry["embedding"]] for entry in data]
+                    vectors = [[float(x) for x in entry["embedding"]] for entry in data]
+                    check_vectors(vectors, len(texts))
+                    return vectors
                 except (ValueError, KeyError, TypeError) as exc:
                     raise EmbeddingError("embedding_bad_reply", f"not an embeddings reply: {exc!r}") from None
             error = EmbeddingError(f"embedding_http_{response.status_code}", response.text[:300])
@@ -220,6 +223,19 @@ def remote_embeddings(
         if time.monotonic() + delay > give_up_at:
             raise error
         time.sleep(delay)
+
+
+def check_vectors(vectors: list[list[float]], count: int) -> None:
+    """ValueError unless there are `count` non-empty vectors of one size with finite values.
+
+    A broken endpoint's reply must be an outage: a NaN would make the cosine, and so the reward, 0.
+    """
+    if len(vectors) != count:
+        raise ValueError(f"{len(vectors)} embeddings for {count} inputs")
+    if not vectors[0] or any(len(vector) != len(vectors[0]) for vector in vectors):
+        raise ValueError("embeddings of different sizes")
+    if not all(math.isfinite(x) for vector in vectors for x in vector):
+        raise ValueError("an embedding holds NaN or infinity")
 
 
 def embedding_score(text: str, references: list[str], options: SimilarityOptions) -> float:
