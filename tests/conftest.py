@@ -144,3 +144,15 @@ def backend():
     if not ok:
         pytest.skip(f"sandbox backend {name} unavailable: {why}")
     return chosen
+
+
+@pytest.fixture(scope="session", autouse=True)
+def host_devices_untouched() -> Iterator[None]:
+    """Fail the run if anything (a sandbox, a tool run on the host) changed /dev/null's mode or type.
+
+    `iverilog -o /dev/null` run as root chmods it to 0755 and breaks every non-root program on the machine.
+    """
+    before = os.stat("/dev/null")
+    yield
+    after = os.stat("/dev/null")
+    assert (after.st_mode, after.st_rdev) == (before.st_mode, before.st_rdev), "/dev/null was changed"
