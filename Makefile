@@ -51,6 +51,9 @@ bench: setup
 	$(BIN)/python bench/math_verifier.py
 	$(BIN)/python bench/sandbox.py
 	$(BIN)/python bench/code.py
+	$(BIN)/python bench/sql.py
+	$(BIN)/python bench/verilog.py
+	$(BIN)/python bench/judge.py
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info .pytest_cache .ruff_cache

@@ -1,0 +1,873 @@
+"""The `verilog` verifier: a model-written module judged against a reference module by simulation and formal
+equivalence, with the verdict owned by the harness.
+
+Pipeline, every tool run in the sandbox (no network, CPU and memory limits, a fresh work folder per job):
+1. extract the candidate (source.py): the last verilog/systemverilog fenced block, else the modules in the text;
+2. gate it: preprocess alone (`iverilog -E`; `` `include `` refused before), reject forbidden constructs on
+   the preprocessed tokens (force/release, hierarchical references, $root, bind, system tasks outside an
+   allow-list, file I/O), prefix every module it declares (`proctor_c_`) so nothing can clash with `tb`,
+   `RefModule` or `stimulus_gen`, elaborate it alone with iverilog (in the same job as the preprocessing),
+   and compare its ports as iverilog compiled them (names, directions, widths) with the reference's as yosys
+   read them;
+3. run the checks (`testbench`, `random`, `formal`), stopping at the first that fails:
+   - testbench: the reference's testbench with every literal `$display` prefixed by a per-run secret that
+     only a plusarg carries (harness.py); the verdict is the authenticated `Mismatches: N in M samples` line,
+     and M must equal the count the reference alone produces (measured once per reference and cached);
+   - random: a generated lockstep testbench (RefModule and the candidate on the same random stimulus, resets
+     in both polarities, asserted at and between clock edges), seeded from a hash of the reference and
+     options unless `seed` is given, its sample count known in advance;
+   - formal (formal.py): ABC `&cec` (confirmed by x-aware yosys `sat`) for combinational designs; for
+     sequential ones a harness-written miter through `clk2fflogic`, then ABC `pdr` (proof or counterexample)
+     and `bmc3`; `inconclusive` falls back to the random simulation when no simulation check is on.
+
+Reasons: compile_error, interface_mismatch, forbidden_construct, mismatch, not_equivalent, time_limit (and
+memory_limit/output_limit when the simulation ran out of memory or printed past the cap). A sandbox failure
+is status sandbox_error; a reference that does not build or does not pass its own testbench is
+verifier_error (bad_reference): never a reward of 0.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import re
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from proctor.contract import Status, Verdict
+from proctor.registry import BaseOptions, Example, VerifierSpec, register_verifier
+from proctor.sandboxes.job import Command, CommandResult, File, Job, Limits, Result
+from proctor.sandboxes.job import Verdict as RunVerdict
+from proctor.sandboxes.languages import resolve_backend
+from proctor.verifiers.verilog import formal
+from proctor.verifiers.verilog.harness import (
+    HARNESS_MODULE,
+    SECRET_ARG,
+    Port,
+    RandomPlan,
+    SimOutcome,
+    authenticated_testbench,
+    find_clock,
+    find_resets,
+    first_mismatch,
+    is_sequential,
+    new_secret,
+    plan_random,
+    ports_from_json,
+    read_output,
+    testbench_hints,
+)
+from proctor.verifiers.verilog.source import (
+    code_tokens,
+    declared_modules,
+    extract_verilog,
+    raw_violations,
+    rename,
+    synthesis_view,
+    tokenize,
+    violations,
+)
+
+VERSION = "1.0.0"
+REF_TOP = "RefModule"
+CAND_PREFIX = "proctor_c_"
+REF_COPY_PREFIX = "proctor_r_"
+GOLD_PREFIX = "proctor_g_"
+IVERILOG = "/usr/bin/iverilog"
+VVP = "/usr/bin/vvp"
+YOSYS = "/usr/bin/yosys"
+YOSYS_ABC = "/usr/bin/yosys-abc"
+MIB = 1024 * 1024
+MAX_SOURCE = 1 * MIB
+TOOL_LIMITS = Limits(cpu_s=20.0, memory_mb=1024, processes=16, output_bytes=4 * MIB, file_size_mb=64)
+CACHE_SIZE = 128
+VVP_PORT = re.compile(r'^\s*\.port_info \d+ /(INPUT|OUTPUT|INOUT) (\d+) "([^"]+)";')
+FORMAL_COMPONENT = {"equivalent": 1.0, "not_equivalent": 0.0, "inconclusive": 0.5}
+
+
+class VerilogReference(BaseModel):
+    """A VerilogEval-style task: the reference module `RefModule`, an optional testbench, the expected top."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    reference_module: str = Field(
+        min_length=1, max_length=MAX_SOURCE, description="Verilog source declaring `module RefModule`."
+    )
+    testbench: str | None = Field(
+        None,
+        min_length=1,
+        max_length=MAX_SOURCE,
+        description="A VerilogEval-style testbench instantiating RefModule and the top, printing "
+        "'Mismatches: N in M samples' with $display.",
+    )
+    top: str = Field(
+        "TopModule",
+        pattern=r"^[A-Za-z_][A-Za-z0-9_]*$",
+        max_length=100,
+        description="The module the response must declare (default TopModule).",
+    )
+
+    @field_validator("reference_module")
+    @classmethod
+    def _declares_ref(cls, value: str) -> str:
+        if REF_TOP not in declared_modules(tokenize(value)):
+            raise ValueError(f"the reference module must declare `module {REF_TOP}`")
+        return value
+
+    @field_validator("testbench")
+    @classmethod
+    def _reports_mismatches(cls, value: str | None) -> str | None:
+        if value is None:
+            return value
+        code = code_tokens(tokenize(value))
+        if not any(t.kind == "ident" and t.text == REF_TOP for t in code):
+            raise ValueError(f"the testbench must instantiate {REF_TOP}")
+        if not any(t.kind == "string" and t.text.startswith('"Mismatches:') for t in code):
+            raise ValueError("the testbench must $display a literal 'Mismatches: %d in %d samples' line")
+        return value
+
+    @field_validator("top")
+    @classmethod
+    def _not_reserved(cls, value: str) -> str:
+        if value in (REF_TOP, "tb", "stimulus_gen") or value.startswith("proctor_"):
+            raise ValueError(f"the top module cannot be named {value!r}")
+        return value
+
+
+class VerilogOptions(BaseOptions):
+    """Which checks to run, their budgets, and the random check's seed."""
+
+    checks: list[Literal["testbench", "random", "formal"]] | None = Field(
+        None,
+        min_length=1,
+        description="Checks to run, each must pass: testbench, random, formal (default: testbench when the "
+        "reference has one, else random).",
+    )
+    seed: int | None = Field(
+        None, ge=0, lt=2**31, description="Random-check seed (default: a hash of reference and options)."
+    )
+    random_cycles: int = Field(200, ge=1, le=20_000, description="Cycles (or steps) of the random check.")
+    sim_cpu_s: float = Field(10.0, gt=0, le=120, description="CPU seconds for each simulation run.")
+    formal_depth: int = Field(
+        80, ge=1, le=2000, description="Frames of bounded search for a counterexample (two per clock cycle)."
+    )
+    formal_cpu_s: float = Field(20.0, gt=0, le=300, description="CPU seconds for the formal check.")
+    memory_mb: int = Field(1024, ge=64, le=8192, description="Memory for each tool run.")
+
+
+class SandboxFailure(Exception):
+    """The sandbox itself failed: the score is a sandbox_error, never a reward."""
+
+
+class ReferenceFailure(Exception):
+    """The reference (module or testbench) does not build or does not pass: a verifier_error."""
+
+
+# -- running tools ---------------------------------------------------------------------------------------
+
+
+def run_job(
+    files: dict[str, str], commands: list[tuple[str, list[str], Limits]], fetch: tuple[str, ...] = ()
+) -> Result:
+    """Run tool commands in one fresh sandbox folder (keep going past failures); sandbox errors raise."""
+    job = Job(
+        files=[File(path=name, content=text) for name, text in files.items()],
+        commands=[Command(argv=argv, name=name, limits=limits) for name, argv, limits in commands],
+        env={"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "HOME": "/tmp"},
+        keep_going=True,
+        fetch=list(fetch),
+    )
+    result = resolve_backend(None).run(job)
+    for command in result.commands:
+        if command.verdict is RunVerdict.sandbox_error:
+            raise SandboxFailure(f"{command.name}: {command.detail}"[:2000])
+    return result
+
+
+def fetched(result: Result, name: str) -> str | None:
+    """A fetched file's text, or None when the job did not produce it."""
+    data = result.files.get(name)
+    return None if data is None else base64.b64decode(data).decode("utf-8", "replace")
+
+
+def command(result: Result, name: str) -> CommandResult | None:
+    """The named command's result (None when it did not run)."""
+    return next((c for c in result.commands if c.name == name), None)
+
+
+def tool_message(result: CommandResult | None) -> str:
+    """A tool's complaint: the tail of its stderr (and stdout, where yosys writes its errors)."""
+    if result is None:
+        return "did not run"
+    text = (result.stderr.strip() + "\n" + result.stdout.strip()[-1500:]).strip()
+    return (text or result.detail or result.verdict.value)[-2000:]
+
+
+def tool_limits(cpu_s: float, options: VerilogOptions, output_mb: int = 4) -> Limits:
+    """Limits for one tool run."""
+    return TOOL_LIMITS.model_copy(
+        update={"cpu_s": cpu_s, "memory_mb": options.memory_mb, "output_bytes": output_mb * MIB}
+    )
+
+
+def yosys_json_argv(source: str, top: str, out: str) -> list[str]:
+    """yosys reading one file, elaborating `top`, and writing the flattened design as JSON."""
+    script = (
+        f"read_verilog -sv {source}; hierarchy -top {top}; proc; flatten; memory; opt_clean; write_json {out}"
+    )
+    return [YOSYS, "-q", "-p", script]
+
+
+def ports_from_vvp(compiled: str, module: str) -> list[Port]:
+    """The ports of the root `module` in a compiled vvp file (`.port_info` lines after its `.scope`): what
+    iverilog elaborated, so the gate does not depend on yosys reading the candidate's body."""
+    ports: list[Port] = []
+    inside = False
+    for line in compiled.splitlines():
+        if line.startswith("S_"):
+            inside = f'.scope module, "{module}" "{module}"' in line
+            continue
+        found = VVP_PORT.match(line) if inside else None
+        if found:
+            ports.append(Port(found.group(3), found.group(1).lower(), int(found.group(2))))
+    return ports
+
+
+def sim_commands(name: str, files: list[str], roots: list[str], secret: str, options: VerilogOptions) -> list:
+    """Compile (iverilog -g2012) and run (vvp, dumping off) one simulation."""
+    tops = [arg for root in roots for arg in ("-s", root)]
+    compile_argv = [IVERILOG, "-g2012", "-o", f"{name}.vvp", *tops, *files]
+    run_argv = [VVP, "-n", f"{name}.vvp", "-none", f"+{SECRET_ARG}={secret}"]
+    return [
+        (f"{name}_compile", compile_argv, tool_limits(20.0, options, 1)),
+        (f"{name}_run", run_argv, tool_limits(options.sim_cpu_s, options, 8)),
+    ]
+
+
+def testbench_roots(testbench: str) -> list[str]:
+    """The testbench's top-level modules: those it declares but never instantiates."""
+    tokens = tokenize(testbench)
+    declared = declared_modules(tokens)
+    uses = [t.text for t in code_tokens(tokens) if t.kind == "ident"]
+    return [name for name in declared if uses.count(name) == 1] or declared[-1:]
+
+
+# -- the reference, once per process ---------------------------------------------------------------------
+
+
+@dataclass
+class ReferenceInfo:
+    """What the reference gives every candidate: its ports, whether it holds state, its testbench count."""
+
+    ports: list[Port]
+    sequential: bool
+    gold: str  # synthesis view, modules prefixed for formal
+    testbench_samples: int | None = None
+
+
+_references: OrderedDict[str, ReferenceInfo] = OrderedDict()
+_reference_lock = threading.Lock()
+
+
+def reference_key(reference: VerilogReference, options: VerilogOptions) -> str:
+    """A cache key for what is measured on the reference alone."""
+    payload = json.dumps([reference.model_dump(mode="json"), options.memory_mb, options.sim_cpu_s])
+    return hashlib.sha256(payload.encode()).hexdigest()
+
+
+def reference_info(reference: VerilogReference, options: VerilogOptions) -> ReferenceInfo:
+    """Ports, state and testbench sample count of the reference (cached per process); ReferenceFailure when it
+    does not build or does not pass its own testbench against itself."""
+    key = reference_key(reference, options)
+    with _reference_lock:
+        if key in _references:
+            _references.move_to_end(key)
+            return _references[key]
+    names = declared_modules(tokenize(reference.reference_module))
+    syn = synthesis_view(reference.reference_module)
+    files = {"ref.v": reference.reference_module, "ref_syn.v": syn}
+    commands = [("ref_yosys", yosys_json_argv("ref_syn.v", REF_TOP, "ref.json"), tool_limits(20.0, options))]
+    secret = new_secret()
+    if reference.testbench is not None:
+        tb, _ = authenticated_testbench(reference.testbench)
+        tb = rename(tb, [], "", {reference.top: REF_COPY_PREFIX + REF_TOP})
+        files["tb.sv"] = tb
+        files["refcopy.v"] = rename(reference.reference_module, names, REF_COPY_PREFIX)
+        files["harness.sv"] = HARNESS_MODULE
+        roots = [*testbench_roots(reference.testbench), "proctor_harness"]
+        commands += sim_commands("tb", ["tb.sv", "ref.v", "refcopy.v", "harness.sv"], roots, secret, options)
+    result = run_job(files, commands, fetch=("ref.json",))
+    design = fetched(result, "ref.json")
+    if design is None:
+        raise ReferenceFailure(
+            f"yosys could not read the reference: {tool_message(command(result, 'ref_yosys'))}"
+        )
+    parsed = json.loads(design)
+    gold = rename(syn, names, GOLD_PREFIX)
+    info = ReferenceInfo(ports_from_json(parsed, REF_TOP), is_sequential(parsed), gold)
+    if reference.testbench is not None:
+        ran = command(result, "tb_run")
+        if ran is None or ran.verdict is not RunVerdict.ok:
+            why = tool_message(ran if ran is not None else command(result, "tb_compile"))
+            raise ReferenceFailure(f"the reference's testbench does not run against the reference: {why}")
+        outcome = read_output(ran.stdout, secret)
+        if outcome.errors is None or outcome.errors != 0 or outcome.timeout or outcome.duplicated:
+            raise ReferenceFailure(
+                f"the reference does not pass its own testbench (mismatches: {outcome.errors}, "
+                f"samples: {outcome.samples}, timeout: {outcome.timeout})"
+            )
+        info.testbench_samples = outcome.samples
+    with _reference_lock:
+        _references[key] = info
+        while len(_references) > CACHE_SIZE:
+            _references.popitem(last=False)
+    return info
+
+
+# -- the gate --------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Gated:
+    """A candidate that passed the gate: renamed source for simulation and its synthesis view for yosys."""
+
+    source: str
+    syn: str
+    top: str
+    sequential: bool
+    yosys_error: str | None = None
+
+
+@dataclass
+class Rejection:
+    """Why a candidate did not pass the gate."""
+
+    reason: str
+    message: str
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def port_differences(expected: list[Port], got: list[Port]) -> list[str]:
+    """How the candidate's ports differ from the reference's (names, directions, widths)."""
+    want = {p.name: p for p in expected}
+    have = {p.name: p for p in got}
+    out = [f"missing port {name}" for name in want if name not in have]
+    out += [f"unexpected port {name}" for name in have if name not in want]
+    for name in want.keys() & have.keys():
+        a, b = want[name], have[name]
+        if (a.direction, a.width) != (b.direction, b.width):
+            out.append(f"port {name}: expected {a.direction} [{a.width}], got {b.direction} [{b.width}]")
+    return sorted(out)
+
+
+def gate(
+    source: str,
+    reference: VerilogReference,
+    info: ReferenceInfo,
+    options: VerilogOptions,
+    with_yosys: bool = True,
+) -> Gated | Rejection:
+    """Preprocess, check, rename and elaborate the candidate alone (and read it with yosys when
+    `with_yosys`), and compare its ports."""
+    raw = raw_violations(source)
+    if raw:
+        return Rejection("forbidden_construct", raw[0], {"violations": raw[:20]})
+    # One job: preprocess, and elaborate the candidate as written (alone, so nothing can clash; compiling
+    # runs none of its code): the forbidden-construct check on the preprocessed text comes first on the host.
+    elaborate = [IVERILOG, "-g2012", "-o", "cand.vvp", "-s", reference.top, "cand.v"]
+    first = run_job(
+        {"cand.v": source},
+        [
+            (
+                "preprocess",
+                [IVERILOG, "-g2012", "-E", "-o", "pre.v", "cand.v"],
+                tool_limits(10.0, options, 1),
+            ),
+            ("elaborate", elaborate, tool_limits(20.0, options, 1)),
+        ],
+        fetch=("pre.v", "cand.vvp"),
+    )
+    text = fetched(first, "pre.v")
+    if text is None or first.commands[0].verdict is not RunVerdict.ok:
+        return Rejection("compile_error", tool_message(first.commands[0]))
+    found = violations(text)
+    if found:
+        return Rejection("forbidden_construct", found[0], {"violations": found[:20]})
+    names = declared_modules(tokenize(text))
+    if reference.top not in names:
+        return Rejection("interface_mismatch", f"no module named {reference.top}", {"modules": names[:20]})
+    compiled = fetched(first, "cand.vvp")
+    elaborated = command(first, "elaborate")
+    if elaborated is None or elaborated.verdict is not RunVerdict.ok or compiled is None:
+        return Rejection("compile_error", tool_message(elaborated))
+    differences = port_differences(info.ports, ports_from_vvp(compiled, reference.top))
+    if differences:
+        return Rejection("interface_mismatch", differences[0], {"port_differences": differences[:20]})
+    renamed = rename(text, names, CAND_PREFIX)
+    syn = synthesis_view(renamed)
+    top = CAND_PREFIX + reference.top
+    if not with_yosys:  # only formal needs yosys' view of the candidate (whether it holds state)
+        return Gated(renamed, syn, top, info.sequential)
+    read = run_job(
+        {"cand_syn.v": syn},
+        [("yosys", yosys_json_argv("cand_syn.v", top, "cand.json"), tool_limits(20.0, options))],
+        fetch=("cand.json",),
+    )
+    # yosys reads less than iverilog (e.g. `q <= areset ? 0 : d` under an async-reset sensitivity list): the
+    # candidate is still simulated, and the formal check says inconclusive with yosys' message.
+    design = fetched(read, "cand.json")
+    if design is None:
+        why = tool_message(command(read, "yosys")).replace(CAND_PREFIX, "")
+        return Gated(renamed, syn, top, info.sequential, yosys_error=why[-500:])
+    return Gated(renamed, syn, top, is_sequential(json.loads(design)))
+
+
+# -- checks ----------------------------------------------------------------------------------------------
+
+
+@dataclass
+class CheckResult:
+    """One check's outcome: passed or the reason, and what to report."""
+
+    name: str
+    passed: bool
+    reason: str | None = None
+    errors: int | None = None
+    samples: int | None = None
+    details: dict[str, Any] = field(default_factory=dict)
+    formal: str | None = None
+
+
+def _sim_verdict(
+    name: str, ran: CommandResult | None, compiled: CommandResult | None, secret: str, want: int
+) -> CheckResult:
+    if compiled is None or compiled.verdict is not RunVerdict.ok:
+        message = tool_message(compiled).replace(CAND_PREFIX, "")
+        return CheckResult(name, False, "compile_error", details={"message": message})
+    if ran is None:
+        return CheckResult(name, False, "compile_error", details={"message": "the simulation did not run"})
+    if ran.verdict in (RunVerdict.time_limit, RunVerdict.memory_limit, RunVerdict.output_limit):
+        return CheckResult(name, False, ran.verdict.value, details={"message": ran.detail})
+    outcome: SimOutcome = read_output(ran.stdout, secret)
+    details: dict[str, Any] = {"samples_expected": want}
+    if outcome.timeout:
+        return CheckResult(
+            name, False, "time_limit", details={**details, "message": "the testbench timed out"}
+        )
+    if outcome.errors is None or outcome.duplicated:
+        details["message"] = "the testbench did not report a result (the simulation ended early)"
+        return CheckResult(name, False, "mismatch", details=details)
+    if outcome.samples != want:
+        details["message"] = f"the testbench ran {outcome.samples} samples, the reference alone {want}"
+        return CheckResult(name, False, "mismatch", outcome.errors, outcome.samples, details)
+    first = first_mismatch(outcome.lines)
+    if first is not None:
+        details["first_mismatch"] = first
+    hints = testbench_hints(outcome.lines)
+    if hints:
+        details["hints"] = hints
+    passed = outcome.errors == 0
+    return CheckResult(name, passed, None if passed else "mismatch", outcome.errors, outcome.samples, details)
+
+
+def seed_for(reference: VerilogReference, options: VerilogOptions) -> int:
+    """The random check's seed: the option, else a hash of reference and options (same request, same stimulus)."""
+    if options.seed is not None:
+        return options.seed
+    payload = json.dumps(
+        [reference.model_dump(mode="json"), options.model_dump(mode="json", exclude={"seed", "deadline_s"})],
+        sort_keys=True,
+    )
+    return int(hashlib.sha256(payload.encode()).hexdigest()[:8], 16) & 0x7FFFFFFF
+
+
+@dataclass
+class SimulationJob:
+    """The files and commands of one simulation job, and what the random testbench must report."""
+
+    files: dict[str, str]
+    commands: list
+    plan: RandomPlan | None
+
+
+def simulation_job(
+    checks: list[str],
+    reference: VerilogReference,
+    info: ReferenceInfo,
+    gated: Gated,
+    options: VerilogOptions,
+    secret: str,
+) -> SimulationJob:
+    """The job for the simulation checks asked for; the secret is only in vvp's argv, never in a file."""
+    files = {"ref.v": reference.reference_module, "cand.v": gated.source, "harness.sv": HARNESS_MODULE}
+    commands: list = []
+    plan = None
+    if "testbench" in checks and reference.testbench is not None:
+        tb, _ = authenticated_testbench(reference.testbench)
+        files["tb.sv"] = rename(tb, [], "", {reference.top: gated.top})
+        roots = [*testbench_roots(reference.testbench), "proctor_harness"]
+        commands += sim_commands("tb", ["tb.sv", "ref.v", "cand.v", "harness.sv"], roots, secret, options)
+    if "random" in checks:
+        plan = plan_random(info.ports, gated.top, options.random_cycles, seed_for(reference, options))
+        files["random_tb.sv"] = plan.testbench
+        files["stim.hex"] = plan.stimulus
+        roots = ["proctor_tb", "proctor_harness"]
+        commands += sim_commands(
+            "random", ["random_tb.sv", "ref.v", "cand.v", "harness.sv"], roots, secret, options
+        )
+    return SimulationJob(files, commands, plan)
+
+
+def simulate(
+    checks: list[str], reference: VerilogReference, info: ReferenceInfo, gated: Gated, options: VerilogOptions
+) -> list[CheckResult]:
+    """Run the simulation checks asked for (testbench, random) in one sandbox job."""
+    secret = new_secret()
+    job = simulation_job(checks, reference, info, gated, options, secret)
+    files, commands, plan = job.files, job.commands, job.plan
+    result = run_job(files, commands)
+    out = []
+    if "testbench" in checks and reference.testbench is not None:
+        want = info.testbench_samples or 0
+        out.append(
+            _sim_verdict("testbench", command(result, "tb_run"), command(result, "tb_compile"), secret, want)
+        )
+    if plan is not None:
+        check = _sim_verdict(
+            "random", command(result, "random_run"), command(result, "random_compile"), secret, plan.samples
+        )
+        check.details.update(
+            seed=seed_for(reference, options),
+            cycles=options.random_cycles,
+            clock=plan.clock,
+            resets=plan.resets,
+        )
+        out.append(check)
+    return out
+
+
+def prove(info: ReferenceInfo, gated: Gated, options: VerilogOptions) -> CheckResult:
+    """Formal equivalence of the candidate with the reference (formal.py)."""
+    gold_top, timeout = GOLD_PREFIX + REF_TOP, max(1, int(options.formal_cpu_s) - 1)
+    if gated.yosys_error is not None:
+        details = {
+            "result": "inconclusive",
+            "method": "none",
+            "note": "yosys could not read the candidate: " + gated.yosys_error,
+        }
+        return CheckResult("formal", True, details=details, formal="inconclusive")
+    files = {"gold.v": info.gold, "gate.v": gated.syn}
+    limits = tool_limits(options.formal_cpu_s, options, 8)
+    sequential = info.sequential or gated.sequential
+    if sequential:
+        clock = find_clock([p for p in info.ports if p.direction == "input"])
+        resets = find_resets([p for p in info.ports if p.direction == "input"]) if clock else []
+        files["wrap.v"] = formal.miter_wrapper(info.ports, gold_top, gated.top, clock, resets)
+        files["seq.ys"] = formal.sequential_script("gold.v", "gate.v", "wrap.v")
+        half = limits.model_copy(update={"cpu_s": max(1.0, options.formal_cpu_s / 2)})
+        result = run_job(
+            files,
+            [
+                ("synth", [YOSYS, "-q", "-s", "seq.ys"], half),
+                ("pdr", [YOSYS_ABC, "-c", formal.pdr_command(max(1, timeout // 2))], half),
+                (
+                    "bmc",
+                    [YOSYS_ABC, "-c", formal.bmc_command(options.formal_depth, max(1, timeout // 2))],
+                    half,
+                ),
+            ],
+        )
+        outcome = _from_abc(result, clock)
+        if outcome.result == "not_equivalent" and outcome.frame is not None:
+            outputs = [p.name for p in info.ports if p.direction != "input"]
+            files["trace.ys"] = formal.sequential_trace_script(
+                "gold.v", "gate.v", "wrap.v", outputs, outcome.frame + 2, timeout
+            )
+            traced = command(run_job(files, [("trace", [YOSYS, "-s", "trace.ys"], limits)]), "trace")
+            if (
+                traced is not None
+                and traced.verdict is RunVerdict.ok
+                and formal.SAT_FAIL.search(traced.stdout)
+            ):
+                outcome.counterexample = formal.last_steps(formal.counterexample(traced.stdout))
+    else:
+        files["comb.ys"] = formal.combinational_script("gold.v", gold_top, "gate.v", gated.top)
+        abc_limits = limits.model_copy(update={"cpu_s": max(1.0, options.formal_cpu_s / 2)})
+        result = run_job(
+            files,
+            [
+                ("synth", [YOSYS, "-q", "-s", "comb.ys"], abc_limits),
+                ("abc", [YOSYS_ABC, "-c", formal.abc_command()], abc_limits),
+            ],
+        )
+        abc = command(result, "abc")
+        said = (
+            formal.abc_result(abc.stdout)
+            if abc is not None and abc.verdict is RunVerdict.ok
+            else "inconclusive"
+        )
+        if said == "equivalent":
+            outcome = formal.FormalOutcome("equivalent", "abc-cec")
+        else:
+            files["sat.ys"] = formal.combinational_sat_script(
+                "gold.v", gold_top, "gate.v", gated.top, timeout
+            )
+            again = run_job(files, [("sat", [YOSYS, "-s", "sat.ys"], limits)])
+            outcome = _from_sat(command(again, "sat"), "sat")
+            outcome.note = f"abc-cec: {said}"
+    details: dict[str, Any] = {"result": outcome.result, "method": outcome.method, "sequential": sequential}
+    if sequential:
+        details["depth"] = options.formal_depth
+    if outcome.counterexample:
+        details["counterexample"] = outcome.counterexample
+    if outcome.note:
+        details["note"] = outcome.note
+    passed = outcome.result != "not_equivalent"
+    if not passed:
+        details["message"] = "formal equivalence found a counterexample" + (
+            f" ({outcome.note})" if outcome.note else ""
+        )
+    return CheckResult(
+        "formal", passed, None if passed else "not_equivalent", details=details, formal=outcome.result
+    )
+
+
+def _from_abc(result: Result, clock: str | None) -> formal.FormalOutcome:
+    synth = command(result, "synth")
+    if synth is None or synth.verdict is not RunVerdict.ok:
+        why = tool_message(synth)[-500:].replace(CAND_PREFIX, "")
+        return formal.FormalOutcome("inconclusive", "clk2fflogic+abc", note=f"yosys failed: {why}")
+    for name, method in (("pdr", "clk2fflogic+abc-pdr"), ("bmc", "clk2fflogic+abc-bmc3")):
+        ran = command(result, name)
+        if ran is None or ran.verdict is not RunVerdict.ok:
+            continue
+        said, frame = formal.sequential_result(ran.stdout)
+        if said == "equivalent":
+            return formal.FormalOutcome(said, method)
+        if said == "not_equivalent" and frame is not None:
+            note = f"counterexample at frame {frame}" + (f" (clock cycle {frame // 2})" if clock else "")
+            return formal.FormalOutcome(said, method, note=note, frame=frame)
+    return formal.FormalOutcome(
+        "inconclusive",
+        "clk2fflogic+abc",
+        note="no proof and no counterexample within the depth and time budget",
+    )
+
+
+def _from_sat(ran: CommandResult | None, method: str) -> formal.FormalOutcome:
+    if ran is None:
+        return formal.FormalOutcome("inconclusive", method, note="yosys did not run")
+    if ran.verdict in (RunVerdict.time_limit, RunVerdict.memory_limit):
+        return formal.FormalOutcome("inconclusive", method, note=f"yosys stopped: {ran.detail}")
+    log = ran.stdout
+    result = formal.sat_result(log)
+    note = ""
+    if ran.verdict is not RunVerdict.ok and result == "inconclusive":
+        note = "yosys failed: " + tool_message(ran)[-500:].replace(CAND_PREFIX, "")
+    elif result == "inconclusive":
+        note = "no counterexample and no proof within the depth and time budget"
+    cex = formal.counterexample(log) if result == "not_equivalent" else []
+    return formal.FormalOutcome(result, method, cex, note)
+
+
+# -- scoring ---------------------------------------------------------------------------------------------
+
+
+def score_verilog(response: str, reference: VerilogReference, options: VerilogOptions) -> Verdict:
+    """Extract, gate, then run the asked checks; reward 1 only when every one passes."""
+    source, method = extract_verilog(response)
+    checks = list(dict.fromkeys(options.checks or (["testbench"] if reference.testbench else ["random"])))
+    details: dict[str, Any] = {"extraction": method, "checks": checks}
+    components: dict[str, float] = {"compiles": 0.0}
+    if "testbench" in checks and reference.testbench is None:
+        return Verdict.failure(
+            Status.verifier_error,
+            "no_testbench",
+            message="checks asks for testbench, but the reference has no testbench",
+            **details,
+        )
+    if not source.strip():
+        details["message"] = "no Verilog module in the response"
+        return Verdict(
+            reward=0.0, correct=False, reason="compile_error", components=components, details=details
+        )
+    try:
+        info = reference_info(reference, options)
+        gated = gate(source, reference, info, options, with_yosys="formal" in checks)
+        if isinstance(gated, Rejection):
+            details.update(message=gated.message, **gated.extra)
+            # it compiled when it elaborated and only its ports differ
+            components["compiles"] = 1.0 if "port_differences" in gated.extra else 0.0
+            return Verdict(
+                reward=0.0, correct=False, reason=gated.reason, components=components, details=details
+            )
+        components["compiles"] = 1.0
+        details["sequential"] = info.sequential or gated.sequential
+        results = run_checks(checks, reference, info, gated, options)
+    except SandboxFailure as exc:
+        return Verdict.failure(Status.sandbox_error, "sandbox_error", error=str(exc), **details)
+    except ReferenceFailure as exc:
+        return Verdict.failure(Status.verifier_error, "bad_reference", error=str(exc)[:2000], **details)
+    return _verdict(results, components, details)
+
+
+def run_checks(
+    checks: list[str], reference: VerilogReference, info: ReferenceInfo, gated: Gated, options: VerilogOptions
+) -> list[CheckResult]:
+    """Simulation checks first, then formal; stop at the first failure. An inconclusive formal check with no
+    simulation check asked for falls back to the random simulation."""
+    sims = [name for name in ("testbench", "random") if name in checks]
+    results = simulate(sims, reference, info, gated, options) if sims else []
+    if any(not r.passed for r in results) or "formal" not in checks:
+        return results
+    proof = prove(info, gated, options)
+    results.append(proof)
+    if proof.formal == "inconclusive" and not sims:
+        proof.details["fallback"] = "random"
+        results += simulate(["random"], reference, info, gated, options)
+    return results
+
+
+def _verdict(results: list[CheckResult], components: dict[str, float], details: dict[str, Any]) -> Verdict:
+    reason = None
+    for result in results:
+        if result.formal is not None:
+            components["formal"] = FORMAL_COMPONENT[result.formal]
+        else:
+            components[result.name] = 1.0 if result.passed else 0.0
+        details[result.name] = result.details
+        if result.samples and "mismatch_fraction" not in components and result.errors is not None:
+            components["mismatch_fraction"] = round(result.errors / result.samples, 6)
+        if not result.passed and reason is None:
+            reason = result.reason
+            details["message"] = result.details.get("message", "")
+    correct = reason is None
+    return Verdict(
+        reward=1.0 if correct else 0.0, correct=correct, reason=reason, components=components, details=details
+    )
+
+
+# -- registration ----------------------------------------------------------------------------------------
+
+_ADDER_REF = """module RefModule(input [7:0] a, input [7:0] b, output [8:0] sum);
+  assign sum = a + b;
+endmodule
+"""
+_ADDER = {"reference_module": _ADDER_REF}
+_ADDER_GOOD = """module TopModule(input [7:0] a, input [7:0] b, output reg [8:0] sum);
+  always @(*) sum = {1'b0, a} + {1'b0, b};
+endmodule
+"""
+_COUNTER_REF = """module RefModule(input clk, input areset, input en, output reg [3:0] q);
+  always @(posedge clk or posedge areset)
+    if (areset) q <= 4'd0;
+    else if (en) q <= q + 4'd1;
+endmodule
+"""
+_COUNTER_TB = """`timescale 1 ps/1 ps
+module stimulus_gen(input clk, output reg areset, output reg en);
+  initial begin
+    areset = 1; en = 0;
+    @(negedge clk) areset = 0;
+    repeat (40) @(negedge clk) en = $random;
+    @(negedge clk) areset = 1;
+    @(negedge clk) areset = 0;
+    repeat (20) @(negedge clk) en = $random;
+    #1 $finish;
+  end
+endmodule
+module tb();
+  reg clk = 0;
+  initial forever #5 clk = ~clk;
+  wire areset, en;
+  wire [3:0] q_ref, q_dut;
+  integer errors = 0, clocks = 0;
+  stimulus_gen stim1(.clk(clk), .areset(areset), .en(en));
+  RefModule good1(.clk(clk), .areset(areset), .en(en), .q(q_ref));
+  TopModule top_module1(.clk(clk), .areset(areset), .en(en), .q(q_dut));
+  always @(posedge clk, negedge clk) begin
+    clocks = clocks + 1;
+    if (q_ref !== (q_ref ^ q_dut ^ q_ref)) errors = errors + 1;
+  end
+  final $display("Mismatches: %1d in %1d samples", errors, clocks);
+endmodule
+"""
+_COUNTER = {"reference_module": _COUNTER_REF, "testbench": _COUNTER_TB}
+
+
+def _fence(code: str) -> str:
+    return f"Here is the module.\n\n```verilog\n{code}```\n"
+
+
+def _counter(body: str, extra: str = "") -> str:
+    return (
+        "module TopModule(input clk, input areset, input en, output reg [3:0] q);\n"
+        f"{extra}  always @(posedge clk or posedge areset)\n    if (areset) q <= 0;\n    else {body}\nendmodule\n"
+    )
+
+
+_GOOD_COUNTER = _counter("q <= q + en;")
+_EXAMPLES = (
+    Example(_fence(_ADDER_GOOD), _ADDER, 1.0, note="combinational, random lockstep check"),
+    Example(_fence(_ADDER_GOOD), _ADDER, 1.0, {"checks": ["random", "formal"]}, note="random and formal"),
+    Example(_fence(_GOOD_COUNTER), _COUNTER, 1.0, note="sequential, the reference's testbench"),
+    Example(
+        _fence(_GOOD_COUNTER), _COUNTER, 1.0, {"checks": ["testbench", "formal"]}, note="testbench and formal"
+    ),
+    Example("I could not write it.", _ADDER, 0.0, note="no module"),
+    Example(_fence(_ADDER_GOOD.replace("+ {1'b0, b}", "- {1'b0, b}")), _ADDER, 0.0, note="wrong design"),
+    Example(
+        _fence(_ADDER_GOOD.replace("{1'b0, b};", "{1'b0, b} ^ (a == 8'h5a && b == 8'hc3);")),
+        _ADDER,
+        0.0,
+        {"checks": ["random", "formal"]},
+        note="trap: one wrong input pair that random stimulus misses, formal finds",
+    ),
+    Example(_fence(_counter("q <= q;", "  initial #100 $finish;\n")), _COUNTER, 0.0, note="initial $finish"),
+    Example(
+        _fence(_counter("q <= q;", '  initial #1000 $display("Mismatches: 0 in 122 samples");\n')),
+        _COUNTER,
+        0.0,
+        note="prints a fake result line",
+    ),
+    Example(
+        _fence(_counter("q <= q;", "  initial force tb.errors = 0;\n")), _COUNTER, 0.0, note="force tb.errors"
+    ),
+    Example(
+        _fence(_counter("q <= tb.good1.q;")), _COUNTER, 0.0, note="reads the reference through tb.good1.q"
+    ),
+    Example(
+        _fence(_counter("q <= q + en;").replace("posedge clk or posedge areset", "posedge clk")),
+        _COUNTER,
+        0.0,
+        {"checks": ["formal"]},
+        note="synchronous reset where an asynchronous one is due (clk2fflogic)",
+    ),
+    Example(
+        _fence(_counter("q <= q + en;").replace("input en", "input [1:0] en")),
+        _COUNTER,
+        0.0,
+        note="wrong ports",
+    ),
+)
+
+SPEC = register_verifier(
+    VerifierSpec(
+        name="verilog",
+        version=VERSION,
+        score=score_verilog,
+        reference=VerilogReference,
+        options=VerilogOptions,
+        description="A Verilog module judged against a reference module (VerilogEval conventions): the "
+        "reference's testbench with a harness-owned, secret-tagged verdict, a randomized lockstep testbench, "
+        "and formal equivalence with yosys/ABC; forbidden constructs and port mismatches are rejected first.",
+        examples=_EXAMPLES,
+        execution="pool",
+        deadline_s=90.0,
+    )
+)
