@@ -12,7 +12,7 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 
 import proctor
-from proctor.api import compat, graders, ops, routes, run_code
+from proctor.api import compat, environments, graders, ops, routes, run_code
 from proctor.api.admission import Admission
 from proctor.api.auth import BearerAuthMiddleware
 from proctor.api.errors import install_error_handlers
@@ -76,6 +76,7 @@ def create_app(settings: Settings | None = None, engine: Engine | None = None) -
     app.include_router(run_code.router)
     app.include_router(ops.router)
     app.include_router(graders.router)
+    app.include_router(environments.router)
 
     # add_middleware wraps what is already there, so the last added runs first:
     # metrics (sees every answer) -> auth (rejects before any body is read) -> body limit -> app.

@@ -1,4 +1,4 @@
-"""The `proctor` command: serve, score, verifiers, rescore and doctor.
+"""The `proctor` command: serve, score, verifiers, rescore, doctor, tasks and train.
 
 Every failure a user can cause is one line on stderr that starts with "proctor: ", and a non-zero exit
 (2 for a bad command line or request, 1 for a failure while running); no tracebacks for those.
@@ -196,6 +196,79 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     return 0 if report["ok"] else 1
 
 
+# -- tasks ---------------------------------------------------------------------------------------------
+
+
+def _int_arg(name: str, text: str, low: int, high: int) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise CliError(f"{name} must be an integer, not {text!r}") from None
+    if not low <= value <= high:
+        raise CliError(f"{name} must be in [{low}, {high}], not {value}")
+    return value
+
+
+def cmd_tasks(args: argparse.Namespace) -> int:
+    """Make tasks from an environment (puzzle.*, demo.*) and write them as JSONL (one task per line)."""
+    from proctor.contract import RequestError
+    from proctor.environments.registry import MAX_SEED, MAX_TASKS_PER_CALL, get_environment
+
+    count = _int_arg("--count", args.count, 1, MAX_TASKS_PER_CALL)
+    seed = _int_arg("--seed", args.seed, 0, MAX_SEED)
+    if args.split not in ("train", "test"):
+        raise CliError(f"--split must be train or test, not {args.split!r}")
+    config = None
+    if args.config is not None:
+        try:
+            config = json.loads(args.config)
+        except json.JSONDecodeError as exc:
+            raise CliError(f"--config is not valid JSON: {exc.msg} at column {exc.colno}") from None
+        if not isinstance(config, dict):
+            raise CliError("--config must be a JSON object")
+    try:
+        tasks = get_environment(args.name).tasks(args.split, seed, count, args.difficulty, config)
+    except RequestError as exc:
+        raise CliError(exc.message) from None
+    lines = "".join(task.model_dump_json() + "\n" for task in tasks)
+    if args.output in (None, "-"):
+        sys.stdout.write(lines)
+        return 0
+    try:
+        Path(args.output).write_text(lines)
+    except OSError as exc:
+        raise CliError(f"cannot write {args.output}: {exc.strerror or exc}", 1) from None
+    print(f"proctor: wrote {len(tasks)} tasks to {args.output}", file=sys.stderr)
+    return 0
+
+
+# -- train ---------------------------------------------------------------------------------------------
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    """Train a policy with the GRPO reference trainer; one JSON line of metrics per step in OUTPUT_DIR."""
+    from proctor.client import ProctorError
+    from proctor.trainer.config import ConfigError, load_config, overrides_from_args
+
+    try:
+        config = load_config(args.config, overrides_from_args(args))
+    except ConfigError as exc:
+        raise CliError(str(exc)) from None
+    try:
+        from proctor.trainer.grpo import train
+    except ImportError as exc:
+        raise CliError(f"the trainer needs the train extra (pip install 'proctor[train]'): {exc}") from None
+    try:
+        last = train(config)
+    except ConfigError as exc:
+        raise CliError(str(exc)) from None
+    except ProctorError as exc:
+        raise CliError(f"scoring failed: {exc}", 1) from None
+    summary = {key: last.get(key) for key in ("step", "reward_mean", "accuracy")}
+    print(json.dumps({**summary, "output_dir": config.output_dir}))
+    return 0
+
+
 # -- parser --------------------------------------------------------------------------------------------
 
 
@@ -294,6 +367,34 @@ def build_parser() -> argparse.ArgumentParser:
         "--budget", type=float, default=120.0, help="seconds for all hello-world runs together (default: 120)"
     )
     doctor.set_defaults(func=cmd_doctor)
+
+    tasks = commands.add_parser(
+        "tasks",
+        help="make tasks from an environment",
+        description="Make tasks from an environment (puzzle.sudoku, puzzle.mix, demo.*) as JSONL: one "
+        "{prompt, reference, verifier, metadata} per line. The same arguments always give the same tasks.",
+    )
+    tasks.add_argument("name", help="environment name, e.g. puzzle.sudoku (see GET /v1/environments)")
+    tasks.add_argument("--count", default="1", help="how many tasks (default: 1)")
+    tasks.add_argument("--seed", default="0", help="seed (default: 0)")
+    tasks.add_argument("--split", default="train", help="train or test (default: train)")
+    tasks.add_argument(
+        "--difficulty", help="difficulty level, e.g. easy, medium, hard (default: the environment's)"
+    )
+    tasks.add_argument("--config", help="config values as a JSON object (override the level's)")
+    tasks.add_argument("-o", "--output", help="output JSONL file (default: stdout)")
+    tasks.set_defaults(func=cmd_tasks)
+
+    from proctor.trainer.config import add_config_arguments
+
+    train = commands.add_parser(
+        "train",
+        help="train a policy with the GRPO reference trainer",
+        description="Train a causal LM with GRPO on a Proctor environment or dataset, rewards scored by Proctor "
+        "(in-process, or through --server). Every config key is also a flag; flags override the --config file.",
+    )
+    add_config_arguments(train)
+    train.set_defaults(func=cmd_train)
     return parser
 
 
