@@ -54,6 +54,8 @@ bench: setup
 	$(BIN)/python bench/sql.py
 	$(BIN)/python bench/verilog.py
 	$(BIN)/python bench/judge.py
+	$(BIN)/python bench/puzzles.py
+	$(BIN)/python bench/trainer.py
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info .pytest_cache .ruff_cache
