@@ -194,3 +194,92 @@ def test_a_flood_of_output_is_an_output_limit():
     )
     verdict = score(flood)
     assert (verdict.status, verdict.reward, verdict.reason) == (Status.ok, 0.0, "output_limit")
+
+
+ADDER = ROWS["add8_carry"]["reference"]
+ADDER_TOP = "module TopModule (input [7:0] a, input [7:0] b, output [8:0] sum);\n"
+X_ADDERS = {
+    "all_x": "  assign sum = 9'bx;\n",
+    "all_z": "  assign sum = 9'bz;\n",
+    "x_on_one_input_pair": "  assign sum = (a == 8'h5a && b == 8'h33) ? 9'bx : a + b;\n",
+    "z_on_one_input_pair": "  assign sum = (a == 8'h5a && b == 8'h33) ? 9'bz : a + b;\n",
+    "carry_left_undriven": "  assign sum[7:0] = a + b;\n",
+}
+
+
+@pytest.mark.parametrize("name", sorted(X_ADDERS))
+def test_x_or_z_is_never_proved_equivalent_on_a_combinational_design(name: str):
+    # ABC proves the synthesized miter, where every x became whatever suited the optimizer: `9'bx` was
+    # "equivalent" to a + b. The x-aware SAT must decide instead (the simulation shows the x: a mismatch).
+    verdict = score(ADDER_TOP + X_ADDERS[name] + "endmodule\n", {"checks": ["formal"]}, ADDER)
+    assert (verdict.status, verdict.reward, verdict.reason) == (Status.ok, 0.0, "not_equivalent"), name
+    assert verdict.details["formal"]["result"] == "not_equivalent"
+
+
+def test_an_x_where_the_reference_wraps_is_not_proved_on_a_sequential_design():
+    # At the wrap (15 + 1) the reference gives 0 and the candidate x; pdr on a netlist where that x is 0
+    # proved them equivalent. With the candidate's x as a free input there is a counterexample.
+    wraps_to_x = top(
+        "  always @(posedge clk or posedge areset)\n    if (areset) q <= 0;\n"
+        "    else q <= (q == 4'd15 && en) ? 4'bx : q + en;\n"
+    )
+    verdict = score(wraps_to_x, {"checks": ["formal"]})
+    assert (verdict.status, verdict.reward) == (Status.ok, 0.0), verdict.details
+    assert verdict.details["formal"]["result"] == "not_equivalent"
+
+
+@pytest.mark.parametrize(("data", "out"), [("stim", "errors"), ("cyc", "samples"), ("check", "q")])
+def test_ports_named_like_the_random_testbench_internals_still_simulate(data: str, out: str):
+    # The generated testbench declared `stim`, `errors`, `samples`, `cyc` and `check` next to the reference's
+    # ports: such a port made every candidate, the reference itself included, a compile_error of 0.
+    module = "module {} (input clk, input [3:0] {d}, output reg [3:0] {o});\n  always @(posedge clk) {o} <= {d};\nendmodule\n"
+    reference = {"reference_module": module.format("RefModule", d=data, o=out)}
+    verdict = score(module.format("TopModule", d=data, o=out), {"checks": ["random"]}, reference)
+    assert (verdict.status, verdict.reward) == (Status.ok, 1.0), verdict.details
+
+
+def test_a_candidate_slow_at_every_stage_is_a_time_limit_not_a_masked_timeout():
+    # Each stage stayed within its own CPU limit (10 s for each of the two simulations here), but together
+    # they ran past the request's 12 s deadline: the engine's timeout status, which a trainer masks. The
+    # stages now share a CPU budget within the deadline, and the candidate gets its time_limit.
+    hang = top("  reg [3:0] r;\n  always @(posedge clk) while (en || !en) r = r + 1;\n  always @(*) q = r;\n")
+    verdict = score(hang, {"checks": ["testbench", "random"], "sim_cpu_s": 10, "deadline_s": 12})
+    assert (verdict.status, verdict.reward, verdict.reason) == (Status.ok, 0.0, "time_limit")
+    cut_at = re.search(r"passed ([0-9.]+) s", verdict.details["message"])
+    assert cut_at is not None and 2 * float(cut_at.group(1)) < 12 * V.CPU_SHARE
+
+
+def test_the_budget_scales_a_job_down_to_what_is_left():
+    limits = V.TOOL_LIMITS
+    commands = [("a", ["x"], limits.model_copy(update={"cpu_s": 20.0})), ("b", ["y"], limits)]
+    assert V.fit_to_budget(commands, 100.0) == commands
+    fitted = V.fit_to_budget(commands, 20.0)
+    assert [round(c[2].cpu_s, 3) for c in fitted] == [10.0, 10.0]
+    assert sum(c[2].wall_backstop_s for c in fitted) < 2 * 20.0 + 3
+    assert V.request_budget(90.0).cpu_left == 70.0
+
+
+def test_a_reference_input_named_trigger_does_not_clash_with_the_sequential_miter():
+    # The miter's own output was `trigger`: a reference input of that name merged with it, and a correct
+    # design got a counterexample at frame 0 (a wrong reward of 0).
+    ports = "(input clk, input reset, input trigger, output reg [3:0] q);\n"
+    reference = {
+        "reference_module": f"module RefModule {ports}  always @(posedge clk) if (reset) q <= 0;"
+        " else q <= q + trigger;\nendmodule\n"
+    }
+    correct = (
+        f"module TopModule {ports}  always @(posedge clk)\n    if (reset) q <= 4'd0;\n"
+        "    else if (trigger) q <= q + 4'd1;\nendmodule\n"
+    )
+    verdict = score(correct, {"checks": ["formal"]}, reference)
+    assert (verdict.status, verdict.reward) == (Status.ok, 1.0), verdict.details
+    assert verdict.details["formal"]["result"] == "equivalent"
+
+
+@pytest.mark.parametrize("call", ["$random", "$urandom", "$urandom_range(3)"])
+def test_a_candidate_cannot_draw_from_the_testbenchs_random_stream(call: str):
+    # iverilog's unseeded $random is one state for the whole simulation: each draw by the candidate shifts
+    # the stimulus `stimulus_gen` gets from it, so a design could steer the test away from its bugs.
+    verdict = score(top(STUCK + f"  integer r;\n  always @(posedge clk) r = {call};\n"))
+    assert (verdict.status, verdict.reason) == (Status.ok, "forbidden_construct")
+    assert call.split("(")[0] in verdict.details["message"]

@@ -39,6 +39,8 @@ ASSERTED = re.compile(r"was asserted in frame (\d+)")
 PROVED = re.compile(r"Property proved")
 AGE = "proctor_age"
 HELD = "proctor_held_"
+TRIGGER = "proctor_trigger"  # the sequential miter's output (yosys' own `miter` names it `trigger`)
+SIDE = "proctor_"  # prefix of the sequential miter's gold_/gate_ wires, dropped in counterexamples
 MODEL_ROW = re.compile(r"^\s*(?:(\d+|init)\s+)?\\(\S+)\s+(\S+)\s+(\S+)\s+(\S+)\s*$")
 
 
@@ -101,10 +103,11 @@ def miter_wrapper(
 ) -> str:
     """A Verilog miter of the two designs for the sequential check: both see the same inputs; with a clock,
     every reset input is held at its active level (guessed from the name) until the second rising edge, and
-    the outputs are compared from then on (`trigger` is 1 on a difference)."""
+    the outputs are compared from then on (`proctor_trigger` is 1 on a difference). Its own names carry the `proctor_` prefix, so no port of
+    the reference (an input named `trigger`, `gold_q` ...) can clash with them."""
     inputs = [p for p in ports if p.direction == "input"]
     outputs = [p for p in ports if p.direction != "input"]
-    decl = [f"input {_vec(p.width)}{p.name}" for p in inputs] + ["output trigger"]
+    decl = [f"input {_vec(p.width)}{p.name}" for p in inputs] + [f"output {TRIGGER}"]
     lines = [f"module {MITER} (" + ", ".join(decl) + ");"]
     hold = "1'b0"
     if clock is not None:
@@ -120,15 +123,15 @@ def miter_wrapper(
         else:
             driven[p.name] = p.name
     for side in ("gold", "gate"):
-        lines += [f"  wire {_vec(p.width)}{side}_{p.name};" for p in outputs]
+        lines += [f"  wire {_vec(p.width)}{SIDE}{side}_{p.name};" for p in outputs]
     for side, top in (("gold", gold_top), ("gate", gate_top)):
         conns = [f".{p.name}({driven[p.name]})" for p in inputs] + [
-            f".{p.name}({side}_{p.name})" for p in outputs
+            f".{p.name}({SIDE}{side}_{p.name})" for p in outputs
         ]
-        lines.append(f"  {top} {side} (" + ", ".join(conns) + ");")
-    gold_all = "{" + ", ".join(f"gold_{p.name}" for p in outputs) + "}"
-    gate_all = "{" + ", ".join(f"gate_{p.name}" for p in outputs) + "}"
-    lines.append(f"  assign trigger = !{hold} && ({gold_all} != {gate_all});")
+        lines.append(f"  {top} {SIDE}{side} (" + ", ".join(conns) + ");")
+    gold_all = "{" + ", ".join(f"{SIDE}gold_{p.name}" for p in outputs) + "}"
+    gate_all = "{" + ", ".join(f"{SIDE}gate_{p.name}" for p in outputs) + "}"
+    lines.append(f"  assign {TRIGGER} = !{hold} && ({gold_all} != {gate_all});")
     lines.append("endmodule")
     return "\n".join(lines) + "\n"
 
@@ -137,15 +140,17 @@ def _vec(width: int) -> str:
     return f"[{width - 1}:0] " if width > 1 else ""
 
 
-def sequential_script(gold: str, gate: str, wrapper: str) -> str:
+def sequential_script(gold: str, gate: str, wrapper: str, gate_modules: str = "") -> str:
     """Yosys script: the wrapper miter, clk2fflogic (clock and resets become ordinary inputs), registers
-    starting at 0, as an AIGER for ABC."""
+    starting at 0, as an AIGER for ABC. Every x constant and undriven net of the modules matching
+    `gate_modules` (the candidate's) becomes a free input, so the proof holds whatever value it takes."""
     lines = [
         f"read_verilog -sv {gold}",
         f"read_verilog -sv {gate}",
         f"read_verilog -sv {wrapper}",
         f"hierarchy -top {MITER}",
         "proc",
+        *([f"setundef -undriven -anyseq {gate_modules}"] if gate_modules else []),
         "flatten",
         "memory -nomap",
         "memory_map",
@@ -168,7 +173,7 @@ def sequential_trace_script(
 ) -> str:
     """Yosys script: the same miter, zero init, and a bounded SAT search of `steps` steps that prints the
     inputs and both sides' outputs of a counterexample (ABC only says at which frame it failed)."""
-    shows = " ".join(f"-show {side}_{name}" for name in outputs for side in ("gold", "gate"))
+    shows = " ".join(f"-show {SIDE}{side}_{name}" for name in outputs for side in ("gold", "gate"))
     lines = [
         f"read_verilog -sv {gold}",
         f"read_verilog -sv {gate}",
@@ -181,7 +186,7 @@ def sequential_trace_script(
         "opt_clean",
         "clk2fflogic",
         "setundef -undriven -init -zero",
-        f"sat -seq {steps} -set-init-zero -prove trigger 0 -show-inputs {shows} -timeout {timeout_s} {MITER}",
+        f"sat -seq {steps} -set-init-zero -prove {TRIGGER} 0 -show-inputs {shows} -timeout {timeout_s} {MITER}",
     ]
     return "\n".join(lines) + "\n"
 
@@ -204,6 +209,67 @@ def sequential_result(log: str) -> tuple[str, int | None]:
     if PROVED.search(log):
         return "equivalent", None
     return "inconclusive", None
+
+
+# Cells whose output can be x in simulation although yosys/ABC give it a value: division and modulo by a
+# non-constant divisor (x on zero) and a shift that can reach past its input (x-filled, `a[i +: w]`).
+DIVIDERS = frozenset({"$div", "$mod", "$divfloor", "$modfloor"})
+
+
+def undefined_sources(design: dict[str, Any], top: str, constants: bool = True) -> list[str]:
+    """Where the flattened module `top` of a yosys JSON design can put an x or z on a net, which ABC and
+    `pdr` (on a synthesized netlist, where an x is whatever value suits the optimizer) do not model: x/z
+    constants, undriven bits that something reads, and cells that make x (out-of-range `$shiftx`, division
+    by a non-constant). Empty: every net the outputs depend on is 0 or 1 in simulation too. Without
+    `constants`, x constants and undriven nets read by cells are left out (`setundef -anyseq` models them);
+    an output port tied to x/z or left undriven is still reported."""
+    module = design.get("modules", {}).get(top)
+    if module is None:
+        return ["the top module is missing from yosys' design"]
+    found: list[str] = []
+    driven: set[int] = set()
+    for port in module.get("ports", {}).values():
+        if port.get("direction") == "input":
+            driven.update(bit for bit in port.get("bits", []) if isinstance(bit, int))
+    cells = module.get("cells", {}).values()
+    for cell in cells:
+        directions = cell.get("port_directions", {})
+        for name, bits in cell.get("connections", {}).items():
+            if directions.get(name) == "output":
+                driven.update(bit for bit in bits if isinstance(bit, int))
+    read: list[tuple[str, list[Any]]] = []
+    for cell in cells:
+        kind = cell.get("type", "")
+        directions = cell.get("port_directions", {})
+        connections = cell.get("connections", {})
+        if kind in DIVIDERS and any(bit not in ("0", "1") for bit in connections.get("B", [])):
+            found.append(f"{kind} by a non-constant divisor (x when it is 0)")
+        elif kind == "$shiftx" and _shiftx_can_overrun(cell.get("parameters", {})):
+            found.append("a part-select that can reach past its vector (x)")
+        if constants:
+            read += [(kind, bits) for name, bits in connections.items() if directions.get(name) != "output"]
+    read += [
+        ("output " + name, port.get("bits", []))
+        for name, port in module.get("ports", {}).items()
+        if port.get("direction") != "input"
+    ]
+    for where, bits in read:
+        if any(bit in ("x", "z") for bit in bits):
+            found.append(f"an x or z constant ({where})")
+        elif any(isinstance(bit, int) and bit not in driven for bit in bits):
+            found.append(f"an undriven net ({where})")
+    return list(dict.fromkeys(found))
+
+
+def _shiftx_can_overrun(parameters: dict[str, Any]) -> bool:
+    def number(key: str) -> int:
+        value = parameters.get(key, 0)
+        return int(value, 2) if isinstance(value, str) else int(value)
+
+    if number("B_SIGNED"):
+        return True
+    biggest = (1 << min(number("B_WIDTH"), 64)) - 1
+    return biggest + number("Y_WIDTH") > number("A_WIDTH")
 
 
 def abc_command() -> str:
@@ -256,8 +322,10 @@ def counterexample(log: str, limit: int = 4096) -> list[dict[str, Any]]:
         if not found or found.group(1) == "init":
             continue
         signal = found.group(2)
-        if signal == "trigger" or "$" in signal or signal.startswith(HELD) or signal == AGE:
+        if signal in ("trigger", TRIGGER) or "$" in signal or signal.startswith(HELD) or signal == AGE:
             continue
+        if signal.startswith((SIDE + "gold_", SIDE + "gate_")):
+            signal = signal[len(SIDE) :]
         row: dict[str, Any] = {"signal": signal, "value": found.group(5)}
         if found.group(1) is not None:
             row["step"] = int(found.group(1))

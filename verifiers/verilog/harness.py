@@ -210,58 +210,70 @@ def _testbench_source(
 ) -> str:
     lines = ["`timescale 1ns/1ps", "module proctor_tb;", f"  // seed {seed}"]
     lines += [_decl(p, "reg", p.name) for p in inputs]
-    lines += [_decl(p, "wire", f"ref_{p.name}") for p in outputs]
-    lines += [_decl(p, "wire", f"dut_{p.name}") for p in outputs]
-    lines.append(f"  reg [{max(width, 1) - 1}:0] stim [0:{cycles - 1}];")
-    lines.append("  integer errors = 0, samples = 0, cyc = 0;")
-    refs = ", ".join([f".{p.name}({p.name})" for p in inputs] + [f".{p.name}(ref_{p.name})" for p in outputs])
-    duts = ", ".join([f".{p.name}({p.name})" for p in inputs] + [f".{p.name}(dut_{p.name})" for p in outputs])
+    lines += [_decl(p, "wire", f"proctor_ref_{p.name}") for p in outputs]
+    lines += [_decl(p, "wire", f"proctor_dut_{p.name}") for p in outputs]
+    lines.append(f"  reg [{max(width, 1) - 1}:0] proctor_stim [0:{cycles - 1}];")
+    lines.append("  integer proctor_errors = 0, proctor_samples = 0, proctor_cyc = 0;")
+    refs = ", ".join(
+        [f".{p.name}({p.name})" for p in inputs] + [f".{p.name}(proctor_ref_{p.name})" for p in outputs]
+    )
+    duts = ", ".join(
+        [f".{p.name}({p.name})" for p in inputs] + [f".{p.name}(proctor_dut_{p.name})" for p in outputs]
+    )
     lines.append(f"  RefModule proctor_ref ({refs});")
     lines.append(f"  {top} proctor_dut ({duts});")
-    ref_all = "{" + ", ".join(f"ref_{p.name}" for p in outputs) + "}"
-    dut_all = "{" + ", ".join(f"dut_{p.name}" for p in outputs) + "}"
+    ref_all = "{" + ", ".join(f"proctor_ref_{p.name}" for p in outputs) + "}"
+    dut_all = "{" + ", ".join(f"proctor_dut_{p.name}" for p in outputs) + "}"
     s = SECRET_REF
-    lines.append("  task check;")
+    lines.append("  task proctor_check;")
     lines.append("    begin")
-    lines.append("      samples = samples + 1;")
+    lines.append("      proctor_samples = proctor_samples + 1;")
     lines.append(f"      if ({ref_all} !== ({ref_all} ^ {dut_all} ^ {ref_all})) begin")
-    lines.append("        errors = errors + 1;")
-    lines.append("        if (errors == 1) begin")
-    lines.append(f'          $display("%0s|FIRST %0d %0d %0t", {s}, samples - 1, cyc, $time);')
+    lines.append("        proctor_errors = proctor_errors + 1;")
+    lines.append("        if (proctor_errors == 1) begin")
+    lines.append(
+        f'          $display("%0s|FIRST %0d %0d %0t", {s}, proctor_samples - 1, proctor_cyc, $time);'
+    )
     for p in inputs:
         lines.append(f'          $display("%0s|IN {p.name} {_fmt(p)}", {s}, {p.name});')
     for p in outputs:
         fmt = _fmt(p)
-        lines.append(f'          $display("%0s|OUT {p.name} {fmt} {fmt}", {s}, ref_{p.name}, dut_{p.name});')
+        lines.append(
+            f'          $display("%0s|OUT {p.name} {fmt} {fmt}", {s}, proctor_ref_{p.name}, proctor_dut_{p.name});'
+        )
     lines += ["        end", "      end", "    end", "  endtask"]
     unpack = "{" + ", ".join(p.name for p in data) + "}" if data else ""
     lines.append("  initial begin")
-    lines.append('    $readmemh("stim.hex", stim);')
+    lines.append('    $readmemh("stim.hex", proctor_stim);')
     if clock:
         lines.append(f"    {clock} = 0;")
-        lines.append(f"    for (cyc = 0; cyc < {cycles}; cyc = cyc + 1) begin")
+        lines.append(
+            f"    for (proctor_cyc = 0; proctor_cyc < {cycles}; proctor_cyc = proctor_cyc + 1) begin"
+        )
         if unpack:
-            lines.append(f"      {unpack} = stim[cyc][{max(width - 2, 0)}:0];")
-        lines.append(f"      #{HALF_PERIOD - 2} check;")
+            lines.append(f"      {unpack} = proctor_stim[proctor_cyc][{max(width - 2, 0)}:0];")
+        lines.append(f"      #{HALF_PERIOD - 2} proctor_check;")
         lines.append(f"      #2 {clock} = 1;")
-        lines.append("      #1 check;")
-        lines.append(f"      if (stim[cyc][{width - 1}]) begin")
+        lines.append("      #1 proctor_check;")
+        lines.append(f"      if (proctor_stim[proctor_cyc][{width - 1}]) begin")
         for name in resets:
             active = 0 if ACTIVE_LOW.search(name) else 1
-            lines.append(f"        {name} = (cyc < {cycles // 2}) ? 1'b{active} : 1'b{active ^ 1};")
-        lines.append("        #1 check;")
+            lines.append(f"        {name} = (proctor_cyc < {cycles // 2}) ? 1'b{active} : 1'b{active ^ 1};")
+        lines.append("        #1 proctor_check;")
         lines.append(f"        #{HALF_PERIOD - 2};")
         lines.append(f"      end else #{HALF_PERIOD - 1};")
         lines.append(f"      {clock} = 0;")
         lines.append("    end")
     else:
-        lines.append(f"    for (cyc = 0; cyc < {cycles}; cyc = cyc + 1) begin")
+        lines.append(
+            f"    for (proctor_cyc = 0; proctor_cyc < {cycles}; proctor_cyc = proctor_cyc + 1) begin"
+        )
         if unpack:
-            lines.append(f"      {unpack} = stim[cyc];")
-        lines.append(f"      #{HALF_PERIOD} check;")
+            lines.append(f"      {unpack} = proctor_stim[proctor_cyc];")
+        lines.append(f"      #{HALF_PERIOD} proctor_check;")
         lines.append(f"      #{HALF_PERIOD};")
         lines.append("    end")
-    lines.append(f'    $display("%0s|RESULT %0d %0d", {s}, errors, samples);')
+    lines.append(f'    $display("%0s|RESULT %0d %0d", {s}, proctor_errors, proctor_samples);')
     lines.append("    $finish;")
     lines.append("  end")
     lines.append("endmodule")

@@ -34,6 +34,7 @@ import json
 import re
 import threading
 from collections import OrderedDict
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -88,6 +89,13 @@ TOOL_LIMITS = Limits(cpu_s=20.0, memory_mb=1024, processes=16, output_bytes=4 * 
 CACHE_SIZE = 128
 VVP_PORT = re.compile(r'^\s*\.port_info \d+ /(INPUT|OUTPUT|INOUT) (\d+) "([^"]+)";')
 FORMAL_COMPONENT = {"equivalent": 1.0, "not_equivalent": 0.0, "inconclusive": 0.5}
+DEADLINE_S = 90.0
+# The tools' CPU seconds of one request may use this share of its deadline (less a fixed part for the
+# worker, the sandbox's setup and parsing): a candidate slow at every stage then gets a time_limit verdict
+# instead of running into the engine's deadline, a timeout status that a trainer masks.
+CPU_SHARE = 0.8
+CPU_RESERVE_S = 2.0
+MIN_RUN_S = 0.5
 
 
 class VerilogReference(BaseModel):
@@ -168,13 +176,54 @@ class ReferenceFailure(Exception):
     """The reference (module or testbench) does not build or does not pass: a verifier_error."""
 
 
+class OutOfTime(Exception):
+    """The request's CPU budget is spent before a tool run: the candidate's time_limit."""
+
+
+@dataclass
+class Budget:
+    """CPU seconds the tools of one request may still use (measured by the sandbox, so a loaded machine's
+    slowness is not charged to the candidate)."""
+
+    cpu_left: float
+
+
+_budget: ContextVar[Budget | None] = ContextVar("proctor_verilog_budget", default=None)
+
+
+def request_budget(deadline_s: float | None) -> Budget:
+    """The CPU budget of a request with this deadline (the verifier's default when None)."""
+    return Budget(max(MIN_RUN_S, (deadline_s or DEADLINE_S) * CPU_SHARE - CPU_RESERVE_S))
+
+
+def fit_to_budget(
+    commands: list[tuple[str, list[str], Limits]], cpu_left: float
+) -> list[tuple[str, list[str], Limits]]:
+    """The commands with their CPU limits scaled down (in proportion) so that together they fit `cpu_left`."""
+    total = sum(limits.cpu_s for _, _, limits in commands)
+    factor = min(1.0, cpu_left / total) if total > 0 else 1.0
+    if factor >= 1.0:
+        return commands
+    out = []
+    for name, argv, limits in commands:
+        cpu = max(0.1, limits.cpu_s * factor)
+        out.append((name, argv, limits.model_copy(update={"cpu_s": cpu, "wall_s": 2 * cpu + 1})))
+    return out
+
+
 # -- running tools ---------------------------------------------------------------------------------------
 
 
 def run_job(
     files: dict[str, str], commands: list[tuple[str, list[str], Limits]], fetch: tuple[str, ...] = ()
 ) -> Result:
-    """Run tool commands in one fresh sandbox folder (keep going past failures); sandbox errors raise."""
+    """Run tool commands in one fresh sandbox folder (keep going past failures); sandbox errors raise.
+    Under a request's budget the commands share what is left of it, and OutOfTime raises when it is spent."""
+    budget = _budget.get()
+    if budget is not None:
+        if budget.cpu_left < MIN_RUN_S:
+            raise OutOfTime(f"the request's {CPU_SHARE:.0%} CPU share of its deadline is spent")
+        commands = fit_to_budget(commands, budget.cpu_left)
     job = Job(
         files=[File(path=name, content=text) for name, text in files.items()],
         commands=[Command(argv=argv, name=name, limits=limits) for name, argv, limits in commands],
@@ -183,6 +232,8 @@ def run_job(
         fetch=list(fetch),
     )
     result = resolve_backend(None).run(job)
+    if budget is not None:
+        budget.cpu_left -= sum(c.cpu_s for c in result.commands)
     for command in result.commands:
         if command.verdict is RunVerdict.sandbox_error:
             raise SandboxFailure(f"{command.name}: {command.detail}"[:2000])
@@ -341,6 +392,8 @@ class Gated:
     top: str
     sequential: bool
     yosys_error: str | None = None
+    undefined: list[str] = field(default_factory=list)  # where it can make x/z (formal.undefined_sources)
+    unmodelled: list[str] = field(default_factory=list)  # those the sequential check's setundef leaves
 
 
 @dataclass
@@ -424,7 +477,15 @@ def gate(
     if design is None:
         why = tool_message(command(read, "yosys")).replace(CAND_PREFIX, "")
         return Gated(renamed, syn, top, info.sequential, yosys_error=why[-500:])
-    return Gated(renamed, syn, top, is_sequential(json.loads(design)))
+    parsed = json.loads(design)
+    return Gated(
+        renamed,
+        syn,
+        top,
+        is_sequential(parsed),
+        undefined=formal.undefined_sources(parsed, top),
+        unmodelled=formal.undefined_sources(parsed, top, constants=False),
+    )
 
 
 # -- checks ----------------------------------------------------------------------------------------------
@@ -568,7 +629,7 @@ def prove(info: ReferenceInfo, gated: Gated, options: VerilogOptions) -> CheckRe
         clock = find_clock([p for p in info.ports if p.direction == "input"])
         resets = find_resets([p for p in info.ports if p.direction == "input"]) if clock else []
         files["wrap.v"] = formal.miter_wrapper(info.ports, gold_top, gated.top, clock, resets)
-        files["seq.ys"] = formal.sequential_script("gold.v", "gate.v", "wrap.v")
+        files["seq.ys"] = formal.sequential_script("gold.v", "gate.v", "wrap.v", CAND_PREFIX + "*")
         half = limits.model_copy(update={"cpu_s": max(1.0, options.formal_cpu_s / 2)})
         result = run_job(
             files,
@@ -583,6 +644,13 @@ def prove(info: ReferenceInfo, gated: Gated, options: VerilogOptions) -> CheckRe
             ],
         )
         outcome = _from_abc(result, clock)
+        if outcome.result == "equivalent" and gated.unmodelled:
+            # pdr proved it on a netlist where these x's got a chosen value; the simulation shows the x
+            outcome = formal.FormalOutcome(
+                "inconclusive",
+                outcome.method,
+                note="proved only with the candidate's x/z given values: " + "; ".join(gated.unmodelled[:3]),
+            )
         if outcome.result == "not_equivalent" and outcome.frame is not None:
             outputs = [p.name for p in info.ports if p.direction != "input"]
             files["trace.ys"] = formal.sequential_trace_script(
@@ -611,7 +679,9 @@ def prove(info: ReferenceInfo, gated: Gated, options: VerilogOptions) -> CheckRe
             if abc is not None and abc.verdict is RunVerdict.ok
             else "inconclusive"
         )
-        if said == "equivalent":
+        # ABC works on a netlist where every x of the candidate became whatever suited synthesis: with an
+        # x source (an x/z constant, an undriven net...) its "equivalent" is confirmed by the x-aware SAT
+        if said == "equivalent" and not gated.undefined:
             outcome = formal.FormalOutcome("equivalent", "abc-cec")
         else:
             files["sat.ys"] = formal.combinational_sat_script(
@@ -619,7 +689,9 @@ def prove(info: ReferenceInfo, gated: Gated, options: VerilogOptions) -> CheckRe
             )
             again = run_job(files, [("sat", [YOSYS, "-s", "sat.ys"], limits)])
             outcome = _from_sat(command(again, "sat"), "sat")
-            outcome.note = f"abc-cec: {said}"
+            outcome.note = f"abc-cec: {said}" + (
+                "; the candidate can make x: " + "; ".join(gated.undefined[:3]) if gated.undefined else ""
+            )
     details: dict[str, Any] = {"result": outcome.result, "method": outcome.method, "sequential": sequential}
     if sequential:
         details["depth"] = options.formal_depth
@@ -679,7 +751,16 @@ def _from_sat(ran: CommandResult | None, method: str) -> formal.FormalOutcome:
 
 
 def score_verilog(response: str, reference: VerilogReference, options: VerilogOptions) -> Verdict:
-    """Extract, gate, then run the asked checks; reward 1 only when every one passes."""
+    """Extract, gate, then run the asked checks (within the request's CPU budget); reward 1 only when every
+    one passes."""
+    token = _budget.set(request_budget(options.deadline_s))
+    try:
+        return _score(response, reference, options)
+    finally:
+        _budget.reset(token)
+
+
+def _score(response: str, reference: VerilogReference, options: VerilogOptions) -> Verdict:
     source, method = extract_verilog(response)
     checks = list(dict.fromkeys(options.checks or (["testbench"] if reference.testbench else ["random"])))
     details: dict[str, Any] = {"extraction": method, "checks": checks}
@@ -709,6 +790,9 @@ def score_verilog(response: str, reference: VerilogReference, options: VerilogOp
         components["compiles"] = 1.0
         details["sequential"] = info.sequential or gated.sequential
         results = run_checks(checks, reference, info, gated, options)
+    except OutOfTime as exc:
+        details["message"] = f"{exc}: the candidate's tool runs took too long"
+        return Verdict(reward=0.0, correct=False, reason="time_limit", components=components, details=details)
     except SandboxFailure as exc:
         return Verdict.failure(Status.sandbox_error, "sandbox_error", error=str(exc), **details)
     except ReferenceFailure as exc:
@@ -868,6 +952,6 @@ SPEC = register_verifier(
         "and formal equivalence with yosys/ABC; forbidden constructs and port mismatches are rejected first.",
         examples=_EXAMPLES,
         execution="pool",
-        deadline_s=90.0,
+        deadline_s=DEADLINE_S,
     )
 )
