@@ -61,10 +61,11 @@ def test_tiny_model_learns_max_digit_from_random_to_at_least_0_9(tmp_path: Path,
     metrics = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     rewards = [record["reward_mean"] for record in metrics]
     assert len(rewards) == 200  # the config's bounded number of steps
-    # The random policy, the untrained model: about 1 answer in 5 right, on its first step and on a larger
-    # sample of every prompt.
-    assert 0.1 <= rewards[0] <= 0.5 and sum(rewards[:10]) / 10 <= 0.5
+    # The random policy, the untrained model: about 1 answer in 8 right, measured on 32 samples of each of
+    # the 36 prompts (0.114-0.139 over init seeds 0-11). One step's 128 samples are too few to hold to the
+    # 0.1 floor (first steps of seeds 0-4: 0.109-0.195), so the run's start is only held below 0.5.
     assert 0.1 <= random_policy_reward() <= 0.5
+    assert rewards[0] <= 0.5 and sum(rewards[:10]) / 10 <= 0.5
     # Learned: the mean over the last 20 steps (2,560 sampled answers) is at least 0.9.
     assert sum(rewards[-20:]) / 20 >= 0.9
     assert all(record["scoring_failures"] == 0 and record["scoring_latency_s"] > 0 for record in metrics)

@@ -27,6 +27,7 @@ from proctor.trainer.grpo import (  # noqa: E402
     group_advantages,
     make_trainer,
     overlong_penalty,
+    prompt_source,
     train,
     train_step,
 )
@@ -51,6 +52,23 @@ register_verifier(
         score=_flaky,
         reference=DemoReference,
         description="Test-only: demo.max_digit, but responses containing 0 fail to score.",
+        execution="inline",
+    )
+)
+
+
+def _down(response: str, reference: DemoReference, options: BaseOptions) -> Verdict:
+    """Every score fails, as during a sandbox outage."""
+    return Verdict.failure(Status.sandbox_error, "down_on_purpose")
+
+
+register_verifier(
+    VerifierSpec(
+        name="test.trainer_down",
+        version="1",
+        score=_down,
+        reference=DemoReference,
+        description="Test-only: every score is a machinery failure.",
         execution="inline",
     )
 )
@@ -235,6 +253,10 @@ def test_truncated_completions_get_the_soft_overlong_penalty(tmp_path: Path) -> 
     assert [s.penalty for s in samples] == overlong_penalty(lengths, 4, 2).tolist()
     assert {s.penalty for s in samples} >= {0.0, -1.0}
     assert metrics["overlong_penalty_mean"] < 0 and metrics["trained_samples"] == len(samples)
+    # The penalty is part of the reward the advantages are computed from.
+    shaped = torch.tensor([s.reward + s.penalty for s in samples])
+    expected = group_advantages(shaped, torch.ones(len(samples), dtype=torch.bool), 8, "group")
+    assert [s.advantage for s in samples] == expected.tolist()
 
 
 def test_failed_scores_are_masked_never_trained_on_as_zero(tmp_path: Path) -> None:
@@ -253,10 +275,34 @@ def test_failed_scores_are_masked_never_trained_on_as_zero(tmp_path: Path) -> No
     assert failed and metrics["scoring_failures"] == len(failed)
     assert all(not s.valid for s in failed) and all(s.valid for s in samples if "0" not in s.text)
     assert metrics["trained_samples"] == len(samples) - len(failed)
+    # Advantages come from the valid samples of each group alone; a failure's advantage is 0.
+    rewards = torch.tensor([s.reward for s in samples])
+    valid = torch.tensor([s.valid for s in samples])
+    expected = group_advantages(rewards, valid, 8, "group")
+    assert [s.advantage for s in samples] == expected.tolist()
+    assert all(s.advantage == 0.0 for s in failed)
+    assert expected.tolist() != group_advantages(rewards, torch.ones_like(valid), 8, "group").tolist()
     scored = [s.reward for s in samples if s.valid]
     assert metrics["reward_mean"] == pytest.approx(
         sum(scored) / len(scored)
     )  # failures are not 0s in the mean
+
+
+def test_a_step_whose_every_score_failed_leaves_the_weights_and_the_optimizer_alone(tmp_path: Path) -> None:
+    # After a real update Adam holds momentum; a step with nothing to train on must not apply it.
+    trainer, _ = make_trainer(tiny(tmp_path))
+    train_step(trainer, 0)
+    weights = [p.detach().clone() for p in trainer.model.parameters()]
+    adam_steps = [float(state["step"]) for state in trainer.optimizer.state.values()]
+    rows = [{"prompt": f"{a} {b}", "reference": {"answer": max(a, b)}} for a in range(6) for b in range(6)]
+    write_rows(tmp_path / "digits.jsonl", rows)
+    down = tiny(tmp_path, task=None, dataset=str(tmp_path / "digits.jsonl"), verifier="test.trainer_down")
+    trainer.prompts = prompt_source(down)
+    metrics = train_step(trainer, 1)
+    assert metrics["scoring_failures"] == metrics["samples"] == 128 and metrics["trained_samples"] == 0
+    assert all(torch.equal(a, b) for a, b in zip(weights, trainer.model.parameters(), strict=True))
+    assert [float(state["step"]) for state in trainer.optimizer.state.values()] == adam_steps
+    assert "loss" not in metrics
 
 
 def test_gradient_clipping_and_warmup(tmp_path: Path) -> None:

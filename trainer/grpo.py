@@ -319,11 +319,28 @@ def hf_progress_bars_off() -> Iterator[None]:
             hf_logging.enable_progress_bar()
 
 
+DROPOUT_MODULES = (
+    torch.nn.Dropout,
+    torch.nn.Dropout1d,
+    torch.nn.Dropout2d,
+    torch.nn.Dropout3d,
+    torch.nn.AlphaDropout,
+    torch.nn.FeatureAlphaDropout,
+)
+
+
 def disable_dropout(model: torch.nn.Module) -> None:
-    """Set every dropout probability to 0: sampling and scoring must see the same policy."""
+    """Set every dropout probability to 0: sampling and scoring must see the same policy.
+
+    Besides nn.Dropout modules, attention layers (Llama's, Qwen2's, Mistral's ...) keep their probability as a
+    float attribute (`attention_dropout`) that they pass to the attention kernel in training mode.
+    """
     for module in model.modules():
-        if isinstance(module, torch.nn.Dropout):
+        if isinstance(module, DROPOUT_MODULES):
             module.p = 0.0
+        for name, value in list(vars(module).items()):
+            if ("dropout" in name or "pdrop" in name) and type(value) is float:
+                setattr(module, name, 0.0)
 
 
 # =====================================================================================================
@@ -478,6 +495,37 @@ def left_pad(rows: list[list[int]], pad_id: int) -> tuple[Tensor, Tensor]:
     return ids, mask
 
 
+@contextlib.contextmanager
+def plain_generation_config(model: Any) -> Iterator[None]:
+    """Sample with a blank generation config for the duration, then put the model's own back.
+
+    `generate` fills every setting not passed to it from `model.generation_config`, and a chat model's
+    (Qwen2.5-Instruct's, say) carries a repetition penalty, min_p, min_new_tokens, suppressed tokens ...: the
+    completions would come from a distribution other than the policy whose log-probabilities are trained on.
+    """
+    from transformers import GenerationConfig
+
+    own = model.generation_config
+    model.generation_config = GenerationConfig(
+        bos_token_id=own.bos_token_id, eos_token_id=own.eos_token_id, pad_token_id=own.pad_token_id
+    )
+    try:
+        yield
+    finally:
+        model.generation_config = own
+
+
+def stop_token_ids(model: Any, tokenizer: Any) -> list[int]:
+    """The ids that end a completion: the tokenizer's end-of-sequence and those of the model's generation config.
+
+    A chat model's turn can end with a token other than the tokenizer's eos (Gemma's `<end_of_turn>` beside
+    `<eos>`); its generation_config.json lists every such id.
+    """
+    own = model.generation_config.eos_token_id
+    ids = [tokenizer.eos_token_id, *(own if isinstance(own, list | tuple) else [own])]
+    return list(dict.fromkeys(int(i) for i in ids if i is not None))
+
+
 @torch.no_grad()
 def sample_completions(
     model: Any, tokenizer: Any, prompts: list[list[int]], config: TrainConfig
@@ -485,23 +533,25 @@ def sample_completions(
     """G sampled completions per prompt with `generate`; the result is grouped (prompt 0's G samples first)."""
     device = next(model.parameters()).device
     ids, mask = left_pad(prompts, tokenizer.pad_token_id)
+    stops = stop_token_ids(model, tokenizer)
     model.eval()
-    output = model.generate(
-        input_ids=ids.to(device),
-        attention_mask=mask.to(device),
-        do_sample=True,
-        temperature=config.temperature,
-        top_p=config.top_p,
-        top_k=0,
-        max_new_tokens=config.max_new_tokens,
-        num_return_sequences=config.group_size,
-        pad_token_id=tokenizer.pad_token_id,
-        eos_token_id=tokenizer.eos_token_id,
-    )
+    with plain_generation_config(model):
+        output = model.generate(
+            input_ids=ids.to(device),
+            attention_mask=mask.to(device),
+            do_sample=True,
+            temperature=config.temperature,
+            top_p=config.top_p,
+            top_k=0,
+            max_new_tokens=config.max_new_tokens,
+            num_return_sequences=config.group_size,
+            pad_token_id=tokenizer.pad_token_id,
+            eos_token_id=stops or None,
+        )
     completions = output[:, ids.shape[1] :].tolist()
     samples = []
     for row, completion in enumerate(completions):
-        end = completion.index(tokenizer.eos_token_id) if tokenizer.eos_token_id in completion else None
+        end = next((i for i, token in enumerate(completion) if token in stops), None)
         kept = completion if end is None else completion[: end + 1]
         text = tokenizer.decode(kept, skip_special_tokens=True)
         samples.append(Sample(prompts[row // config.group_size], kept, end is None, text))
@@ -786,6 +836,7 @@ def train_step(trainer: Trainer, step: int) -> dict[str, Any]:
     metrics: dict[str, Any] = {"step": step + 1, **reward_metrics(sampled, config)}
     metrics.update(stats)
     metrics["lr"] = trainer.optimizer.param_groups[0]["lr"]
+    metrics["trained_samples"] = 0
     if groups:
         samples = [s for g in groups for s in g.samples]
         rewards = torch.tensor([s.reward + s.penalty for s in samples])
@@ -796,13 +847,14 @@ def train_step(trainer: Trainer, step: int) -> dict[str, Any]:
         trained = [s.valid and not (config.overlong == "mask" and s.truncated) for s in samples]
         for sample, advantage in zip(samples, advantages.tolist(), strict=True):
             sample.advantage = advantage
+        metrics["trained_samples"] = sum(trained)
+    # No update at all when nothing is trained on (every score failed, every completion masked): a zero
+    # gradient would still move the weights through Adam's momentum and count as an Adam step.
+    if metrics["trained_samples"]:
         batch = collate(samples, advantages, trained, trainer.tokenizer.pad_token_id, trainer.device)
         update_started = time.perf_counter()
         metrics.update(policy_update(trainer.model, trainer.reference, trainer.optimizer, batch, config))
         metrics["update_s"] = time.perf_counter() - update_started
-        metrics["trained_samples"] = sum(trained)
-    else:
-        metrics["trained_samples"] = 0
     metrics["step_time_s"] = time.perf_counter() - started
     metrics["tokens_per_s"] = stats["generated_tokens"] / max(metrics["step_time_s"], 1e-9)
     metrics["_groups"] = groups
@@ -908,6 +960,22 @@ def make_trainer(config: TrainConfig) -> tuple[Trainer, int]:
     return trainer, step
 
 
+def refuse_earlier_checkpoints(config: TrainConfig) -> None:
+    """A fresh run (no `resume`) may not start in an output_dir that holds another run's checkpoints.
+
+    Checkpoint rotation keeps the newest names, so the earlier run's later steps would outlive (and delete)
+    this run's checkpoints, and `resume: latest` would then continue the other run.
+    """
+    if config.resume:
+        return
+    found = sorted((Path(config.output_dir) / CHECKPOINTS).glob("step-???????"))
+    if found:
+        raise ConfigError(
+            f"output_dir {config.output_dir} already holds checkpoints of an earlier run ({found[-1]}): "
+            "continue it with resume: latest (--resume latest), or choose another output_dir"
+        )
+
+
 def keep_metrics_until(path: Path, step: int) -> None:
     """Drop metric lines after `step` (a resumed run rewrites them) and any partial last line."""
     if not path.exists():
@@ -939,6 +1007,7 @@ def train(config: TrainConfig, on_step: Callable[[dict[str, Any]], None] | None 
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")  # no fork warning from the tokenizers library
     output_dir = Path(config.output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
+    refuse_earlier_checkpoints(config)
     trainer, start = make_trainer(config)
     metrics_path = output_dir / "metrics.jsonl"
     if start:
