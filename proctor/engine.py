@@ -305,20 +305,15 @@ class Engine:
 
     async def score_nested(self, item: Prepared) -> Score:
         """Score a validated request from inside an async verifier (`multi`), waiting for a pool slot if need be."""
-        cached = self._cached(item)
-        if cached is not None:
-            return cached
-        if is_async(item.spec):
-            return self._finish(item, await _run_async(self, item))
-        if self.runs_inline(item):
-            return self._finish(item, _run_inline(item))
-        future = await asyncio.to_thread(self._submit, item, block=True)
-        return self._finish(item, await asyncio.wrap_future(future))
+        return await self._score_awaited(item, wait_for_slot=True)
 
     # -- asynchronous API (the HTTP service) -------------------------------------------------------
 
     async def score_async(self, item: Prepared) -> Score:
         """Score a validated request without blocking the event loop; raises PoolFull when the pool is."""
+        return await self._score_awaited(item, wait_for_slot=False)
+
+    async def _score_awaited(self, item: Prepared, *, wait_for_slot: bool) -> Score:
         cached = self._cached(item)
         if cached is not None:
             return cached
@@ -326,9 +321,11 @@ class Engine:
             return self._finish(item, await _run_async(self, item))
         if self.runs_inline(item):
             return self._finish(item, _run_inline(item))
-        future = self._submit(item, block=False)
-        verdict = await asyncio.wrap_future(future)
-        return self._finish(item, verdict)
+        if wait_for_slot:  # a blocking submit waits on a thread, so the event loop keeps running meanwhile
+            future = await asyncio.to_thread(self._submit, item, block=True)
+        else:
+            future = self._submit(item, block=False)
+        return self._finish(item, await asyncio.wrap_future(future))
 
     async def score_batch_async(
         self, requests: list[dict[str, Any]], *, chunk: int = 512

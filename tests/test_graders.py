@@ -292,6 +292,12 @@ def test_multi_grader_with_calculate_output(http, judge):
     )
 
 
+def _multi_over_a(calculate_output: str) -> dict:
+    """A multi grader of one string_check named `a`, combined by `calculate_output`."""
+    check = {"type": "string_check", "name": "a", "input": "x", "reference": "x", "operation": "eq"}
+    return {"type": "multi", "name": "m", "graders": {"a": check}, "calculate_output": calculate_output}
+
+
 @pytest.mark.parametrize(
     ("grader", "field", "words"),
     [
@@ -318,42 +324,8 @@ def test_multi_grader_with_calculate_output(http, judge):
             "grader.input",
             "namespace",
         ),
-        (
-            {
-                "type": "multi",
-                "name": "m",
-                "graders": {
-                    "a": {
-                        "type": "string_check",
-                        "name": "a",
-                        "input": "x",
-                        "reference": "x",
-                        "operation": "eq",
-                    }
-                },
-                "calculate_output": "a + __import__('os')",
-            },
-            "grader",
-            "calculate_output",
-        ),
-        (
-            {
-                "type": "multi",
-                "name": "m",
-                "graders": {
-                    "a": {
-                        "type": "string_check",
-                        "name": "a",
-                        "input": "x",
-                        "reference": "x",
-                        "operation": "eq",
-                    }
-                },
-                "calculate_output": "a / (a - 1)",
-            },
-            "grader",
-            "calculate_output",
-        ),
+        (_multi_over_a("a + __import__('os')"), "grader", "calculate_output"),
+        (_multi_over_a("a / (a - 1)"), "grader", "calculate_output"),
         (
             {"type": "string_check", "name": "s", "input": "x", "reference": "x", "operation": "regex"},
             "grader.operation",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -264,6 +265,11 @@ def test_retry_after_and_backoff():
     assert client.parse_retry_after("Wed, 21 Oct 2015 07:28:00 GMT") == 0.0
     delays = [client.backoff_delay(attempt) for attempt in range(1, 12)]
     assert all(delay <= client.BACKOFF_CAP_S for delay in delays) and delays[3] > client.BACKOFF_BASE_S
+    assert [client.retryable(code) for code in (400, 401, 404, 429, 500, 503)] == [False] * 3 + [True] * 3
+    far = time.monotonic() + 3600
+    assert client.retry_delay(1, 2.5, far) == 2.5  # Retry-After wins over the backoff
+    assert client.BACKOFF_BASE_S / 2 <= client.retry_delay(1, None, far) <= client.BACKOFF_BASE_S
+    assert client.retry_delay(1, 2.5, time.monotonic() + 1) is None  # would end past the budget
 
 
 # -- judge.rubric ----------------------------------------------------------------------------------------------

@@ -291,15 +291,26 @@ async def _call(
                 f"judge answered {response.status_code}: {response.text[:ERROR_EXCERPT]}",
                 attempt,
             )
-            if response.status_code != 429 and response.status_code < 500:
-                raise error  # 400, 401, 404 ...: asking again will not help
+            if not retryable(response.status_code):
+                raise error
             retry_after = parse_retry_after(response.headers.get("retry-after"))
-        delay = backoff_delay(attempt) if retry_after is None else retry_after
-        if time.monotonic() + delay > give_up_at:
+        delay = retry_delay(attempt, retry_after, give_up_at)
+        if delay is None:
             error.message += f" (gave up after {attempt} attempt(s) within the retry budget)"
             raise error
         STATS.add(retries=1)
         await asyncio.sleep(delay)
+
+
+def retryable(status_code: int) -> bool:
+    """Whether an HTTP error status may succeed when asked again: 429 and 5xx (not 400, 401, 404 ...)."""
+    return status_code == 429 or status_code >= 500
+
+
+def retry_delay(attempt: int, retry_after: float | None, give_up_at: float) -> float | None:
+    """Seconds to wait before the next attempt (Retry-After, else backoff); None when it would end past give_up_at."""
+    delay = backoff_delay(attempt) if retry_after is None else retry_after
+    return None if time.monotonic() + delay > give_up_at else delay
 
 
 def backoff_delay(attempt: int) -> float:

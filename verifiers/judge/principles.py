@@ -14,14 +14,13 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from proctor.contract import Status, Verdict
+from proctor.contract import Verdict
 from proctor.registry import Example, VerifierSpec, register_verifier
 from proctor.verifiers.judge import parse, prompts
 from proctor.verifiers.judge.client import JudgeError
-from proctor.verifiers.judge.common import DEADLINE_S, JudgeOptions, Ledger, ask, judge_failure, transcript
-from proctor.verifiers.judge.items import MAX_ITEMS, CheckError, Item
-from proctor.verifiers.judge.rubric import model_free, rubric_reward
-from proctor.verifiers.text.extract import after_think
+from proctor.verifiers.judge.common import DEADLINE_S, JudgeOptions, Ledger, ask, judge_failure
+from proctor.verifiers.judge.items import MAX_ITEMS, Item
+from proctor.verifiers.judge.rubric import free_met, grade_model_free, rubric_reward
 
 
 class PrinciplesReference(BaseModel):
@@ -52,15 +51,11 @@ async def score_principles(
 ) -> Verdict:
     """One yes/no judge call per llm principle (model-free ones checked directly); weighted fraction satisfied."""
     items = reference.principles
-    prompt, raw = transcript(response, reference.prompt)
-    text = after_think(raw)
-    if text is None or not text.strip():
-        return Verdict.wrong("no_answer", graded=text is not None)
+    graded = await grade_model_free(response, reference.prompt, items)
+    if isinstance(graded, Verdict):
+        return graded
+    prompt, text, free = graded
     ledger = Ledger()
-    try:
-        free = await model_free(items, text)
-    except CheckError as exc:
-        return Verdict.failure(Status.sandbox_error, "sandbox_error", error=str(exc))
     llm = [index for index, item in enumerate(items) if item.kind == "llm"]
     try:
         config = options.config() if llm else None
@@ -78,7 +73,7 @@ async def score_principles(
         )
     except JudgeError as exc:
         return judge_failure(exc, ledger)
-    met = [1.0 if free.get(index, (False, ""))[0] else 0.0 for index in range(len(items))]
+    met = free_met(free, len(items))
     undecided = 0
     for index, votes in zip(llm, answers, strict=True):
         undecided += sum(vote is None for vote in votes)

@@ -86,6 +86,26 @@ async def model_free(items: list[Item], text: str) -> dict[int, tuple[bool, str]
     return found
 
 
+async def grade_model_free(
+    response: str | list[dict[str, Any]], task: str | None, items: list[Item]
+) -> tuple[str | None, str, dict[int, tuple[bool, str]]] | Verdict:
+    """(task, graded text, model-free verdicts), or the Verdict that ends scoring early (no answer, sandbox)."""
+    prompt, raw = transcript(response, task)
+    text = after_think(raw)
+    if text is None or not text.strip():
+        return Verdict.wrong("no_answer", graded=text is not None)
+    try:
+        free = await model_free(items, text)
+    except CheckError as exc:
+        return Verdict.failure(Status.sandbox_error, "sandbox_error", error=str(exc))
+    return prompt, text, free
+
+
+def free_met(free: dict[int, tuple[bool, str]], count: int) -> list[float]:
+    """1.0 for each met model-free item, 0.0 for every other one (the llm items are filled in by the caller)."""
+    return [1.0 if free.get(index, (False, ""))[0] else 0.0 for index in range(count)]
+
+
 def _item_details(items: list[Item], met: list[float], reasons: list[str]) -> list[dict[str, Any]]:
     return [
         {
@@ -104,15 +124,11 @@ async def score_rubric(
 ) -> Verdict:
     """Check the model-free items, ask the judge about the llm items, and combine the points."""
     items = reference.items
-    prompt, raw = transcript(response, reference.prompt)
-    text = after_think(raw)
-    if text is None or not text.strip():
-        return Verdict.wrong("no_answer", graded=text is not None)
+    graded = await grade_model_free(response, reference.prompt, items)
+    if isinstance(graded, Verdict):
+        return graded
+    prompt, text, free = graded
     ledger = Ledger()
-    try:
-        free = await model_free(items, text)
-    except CheckError as exc:
-        return Verdict.failure(Status.sandbox_error, "sandbox_error", error=str(exc))
     llm = [index for index, item in enumerate(items) if item.kind == "llm"]
     criteria = [(items[index].criterion, items[index].points) for index in llm]
     try:
@@ -128,7 +144,7 @@ async def score_rubric(
         if sample is None:
             rewards.append(0.0)  # an unparseable reply or a refusal is a wrong verdict
             continue
-        met = [1.0 if free.get(index, (False, ""))[0] else 0.0 for index in range(len(items))]
+        met = free_met(free, len(items))
         if options.mode == "explicit":
             for position, index in enumerate(llm):
                 met[index] = 1.0 if sample[position][0] else 0.0

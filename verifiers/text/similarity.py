@@ -187,7 +187,7 @@ def remote_embeddings(
     texts: list[str], base_url: str, model: str | None, api_key: str | None
 ) -> list[list[float]]:
     """Embeddings from an OpenAI-compatible endpoint, with retries on 429/5xx/connection errors."""
-    from proctor.verifiers.judge.client import backoff_delay, parse_retry_after
+    from proctor.verifiers.judge.client import parse_retry_after, retry_delay, retryable
 
     settings = get_settings()
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
@@ -216,11 +216,11 @@ def remote_embeddings(
                 except (ValueError, KeyError, TypeError) as exc:
                     raise EmbeddingError("embedding_bad_reply", f"not an embeddings reply: {exc!r}") from None
             error = EmbeddingError(f"embedding_http_{response.status_code}", response.text[:300])
-            if response.status_code != 429 and response.status_code < 500:
+            if not retryable(response.status_code):
                 raise error
             wait = parse_retry_after(response.headers.get("retry-after"))
-        delay = backoff_delay(attempt) if wait is None else wait
-        if time.monotonic() + delay > give_up_at:
+        delay = retry_delay(attempt, wait, give_up_at)
+        if delay is None:
             raise error
         time.sleep(delay)
 

@@ -140,11 +140,9 @@ def _vec(width: int) -> str:
     return f"[{width - 1}:0] " if width > 1 else ""
 
 
-def sequential_script(gold: str, gate: str, wrapper: str, gate_modules: str = "") -> str:
-    """Yosys script: the wrapper miter, clk2fflogic (clock and resets become ordinary inputs), registers
-    starting at 0, as an AIGER for ABC. Every x constant and undriven net of the modules matching
-    `gate_modules` (the candidate's) becomes a free input, so the proof holds whatever value it takes."""
-    lines = [
+def _sequential_miter(gold: str, gate: str, wrapper: str, gate_modules: str = "") -> list[str]:
+    """Yosys commands shared by the sequential scripts: the flattened miter after clk2fflogic, zero init."""
+    return [
         f"read_verilog -sv {gold}",
         f"read_verilog -sv {gate}",
         f"read_verilog -sv {wrapper}",
@@ -157,6 +155,15 @@ def sequential_script(gold: str, gate: str, wrapper: str, gate_modules: str = ""
         "opt_clean",
         "clk2fflogic",
         "setundef -undriven -init -zero",
+    ]
+
+
+def sequential_script(gold: str, gate: str, wrapper: str, gate_modules: str = "") -> str:
+    """Yosys script: the wrapper miter, clk2fflogic (clock and resets become ordinary inputs), registers
+    starting at 0, as an AIGER for ABC. Every x constant and undriven net of the modules matching
+    `gate_modules` (the candidate's) becomes a free input, so the proof holds whatever value it takes."""
+    lines = [
+        *_sequential_miter(gold, gate, wrapper, gate_modules),
         "opt -fast",
         "dffunmap",
         "techmap",
@@ -175,17 +182,7 @@ def sequential_trace_script(
     inputs and both sides' outputs of a counterexample (ABC only says at which frame it failed)."""
     shows = " ".join(f"-show {SIDE}{side}_{name}" for name in outputs for side in ("gold", "gate"))
     lines = [
-        f"read_verilog -sv {gold}",
-        f"read_verilog -sv {gate}",
-        f"read_verilog -sv {wrapper}",
-        f"hierarchy -top {MITER}",
-        "proc",
-        "flatten",
-        "memory -nomap",
-        "memory_map",
-        "opt_clean",
-        "clk2fflogic",
-        "setundef -undriven -init -zero",
+        *_sequential_miter(gold, gate, wrapper),
         f"sat -seq {steps} -set-init-zero -prove {TRIGGER} 0 -show-inputs {shows} -timeout {timeout_s} {MITER}",
     ]
     return "\n".join(lines) + "\n"
