@@ -6,7 +6,7 @@ import hashlib
 import json
 import threading
 from collections import OrderedDict
-from typing import Any, Protocol
+from typing import Any, Generic, Protocol, TypeVar
 
 from proctor.contract import Score
 
@@ -35,32 +35,40 @@ class ResultCache(Protocol):
         ...
 
 
-class LRUCache:
-    """A thread-safe in-process LRU of scores."""
+V = TypeVar("V")
+
+
+class LRUCache(Generic[V]):
+    """A thread-safe in-process LRU (scores in the engine, judge replies in the judge client)."""
 
     def __init__(self, max_entries: int):
         self.max_entries = max_entries
-        self._entries: OrderedDict[str, Score] = OrderedDict()
+        self._entries: OrderedDict[str, V] = OrderedDict()
         self._lock = threading.Lock()
 
-    def get(self, key: str) -> Score | None:
-        """The cached score for key, or None; a hit becomes the most recently used."""
+    def get(self, key: str) -> V | None:
+        """The cached value for key, or None; a hit becomes the most recently used."""
         with self._lock:
-            score = self._entries.get(key)
-            if score is None:
+            value = self._entries.get(key)
+            if value is None:
                 return None
             self._entries.move_to_end(key)
-            return score
+            return value
 
-    def put(self, key: str, score: Score) -> None:
-        """Store a score, evicting the least recently used entry past the size limit."""
+    def put(self, key: str, value: V) -> None:
+        """Store a value, evicting the least recently used entry past the size limit."""
         if self.max_entries <= 0:
             return
         with self._lock:
-            self._entries[key] = score
+            self._entries[key] = value
             self._entries.move_to_end(key)
             while len(self._entries) > self.max_entries:
                 self._entries.popitem(last=False)
+
+    def clear(self) -> None:
+        """Forget everything."""
+        with self._lock:
+            self._entries.clear()
 
     def __len__(self) -> int:
         return len(self._entries)

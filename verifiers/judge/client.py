@@ -25,12 +25,12 @@ import random
 import threading
 import time
 import weakref
-from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
 
+from proctor.cache import LRUCache
 from proctor.settings import get_settings
 
 BACKOFF_BASE_S = 0.25
@@ -159,34 +159,7 @@ def prompt_hash(config: JudgeConfig, messages: list[dict[str, Any]], sampling: S
     return hashlib.blake2b(payload.encode("utf-8", "surrogatepass"), digest_size=16).hexdigest()
 
 
-class _ReplyCache:
-    """A thread-safe LRU of judge replies (only successful calls are kept)."""
-
-    def __init__(self, max_entries: int):
-        self.max_entries = max_entries
-        self._entries: OrderedDict[str, Reply] = OrderedDict()
-        self._lock = threading.Lock()
-
-    def get(self, key: str) -> Reply | None:
-        with self._lock:
-            reply = self._entries.get(key)
-            if reply is not None:
-                self._entries.move_to_end(key)
-            return reply
-
-    def put(self, key: str, reply: Reply) -> None:
-        with self._lock:
-            self._entries[key] = reply
-            self._entries.move_to_end(key)
-            while len(self._entries) > self.max_entries:
-                self._entries.popitem(last=False)
-
-    def clear(self) -> None:
-        with self._lock:
-            self._entries.clear()
-
-
-CACHE = _ReplyCache(CACHE_ENTRIES)
+CACHE: LRUCache[Reply] = LRUCache(CACHE_ENTRIES)  # only successful calls are kept
 
 
 @dataclass
