@@ -70,6 +70,12 @@ def node_heap_mb(memory_mb: int) -> int:
     return max(16, memory_mb - 48 - 3 * node_semi_space_mb(memory_mb))
 
 
+def node_stack_kb(memory_mb: int) -> int:
+    """V8's stack (--stack-size, KB): Node's default (~1 MB) overflows near depth 10^4, so a DFS over 10^5
+    nodes would fail; the jail's RLIMIT_STACK is the memory limit, far above this (as for -Xss)."""
+    return java_stack_mb(memory_mb) * 1024
+
+
 def go_memlimit_mb(memory_mb: int) -> int:
     """GOMEMLIMIT: the Go collector works harder near it instead of letting the cgroup kill the program."""
     return max(8, memory_mb * 9 // 10)
@@ -89,12 +95,43 @@ def _java_jvm_flags(heap_mb: int, stack_mb: int) -> list[str]:
     ]
 
 
-_JAVA_COMMENT_OR_STRING = re.compile(r'//[^\n]*|/\*.*?\*/|"(?:\\.|[^"\\\n])*"|\'(?:\\.|[^\'\\\n])*\'', re.S)
-_JAVA_TYPE = re.compile(
-    r"\b((?:public|private|protected|static|final|abstract|sealed|non-sealed|strictfp)\s+)*"
-    r"(?:class|interface|enum|record)\s+([A-Za-z_$][\w$]*)"
+# Every pattern here scans a model-written source in linear time: an unclosed comment or string ends at the end
+# of the text or line (else each of many openers would rescan the rest), and modifiers before `class` or
+# `void main` are looked up in a bounded window behind the keyword instead of by a repeated group.
+_JAVA_COMMENT_OR_STRING = re.compile(
+    r'//[^\n]*|/\*.*?(?:\*/|\Z)|"(?:\\.|[^"\\\n])*(?:"|\\?$)|\'(?:\\.|[^\'\\\n])*(?:\'|\\?$)', re.S | re.M
 )
-_JAVA_MAIN = re.compile(r"\bstatic\b[^;{}()]*\bvoid\s+main\s*\(")
+_JAVA_TYPE = re.compile(r"\b(?:class|interface|enum|record)\s+([A-Za-z_$][\w$]*)")
+_JAVA_MAIN = re.compile(r"\bvoid\s+main\s*\(")
+_JAVA_MODIFIERS = {
+    "public",
+    "private",
+    "protected",
+    "static",
+    "final",
+    "abstract",
+    "sealed",
+    "non-sealed",
+    "strictfp",
+}
+_BEHIND = 300
+
+
+def _modifiers_before(text: str, at: int) -> set[str]:
+    """The modifier words just before position `at` (within _BEHIND characters)."""
+    found: set[str] = set()
+    for word in reversed(text[max(0, at - _BEHIND) : at].split()):
+        if word not in _JAVA_MODIFIERS:
+            break
+        found.add(word)
+    return found
+
+
+def _is_static_main(text: str, at: int) -> bool:
+    """Whether the `void main(` at `at` is declared static (a `static` since the last ; { } ( or ))."""
+    head = text[max(0, at - _BEHIND) : at]
+    cut = max(head.rfind(char) for char in ";{}()")
+    return re.search(r"\bstatic\b", head[cut + 1 :]) is not None
 
 
 def java_classes(source: str) -> tuple[str, str]:
@@ -108,12 +145,12 @@ def java_classes(source: str) -> tuple[str, str]:
         depth += (char == "{") - (char == "}")
     top: list[tuple[str, bool, int]] = []  # (name, public, position)
     for match in _JAVA_TYPE.finditer(text):
-        if depth_at[match.start(2)] == 0:
-            top.append((match.group(2), "public" in (match.group(0).split()), match.start()))
+        if depth_at[match.start(1)] == 0:
+            top.append((match.group(1), "public" in _modifiers_before(text, match.start()), match.start()))
     public = next((name for name, is_public, _ in top if is_public), None)
     stem = public or "Main"
     main = None
-    found = _JAVA_MAIN.search(text)
+    found = next((m for m in _JAVA_MAIN.finditer(text) if _is_static_main(text, m.start())), None)
     if found:
         before = [name for name, _, start in top if start < found.start()]
         main = before[-1] if before else None
@@ -226,6 +263,7 @@ def _node(src: str, source: str, memory_mb: int) -> list[str]:
         "/usr/bin/node",
         f"--max-old-space-size={node_heap_mb(memory_mb)}",
         f"--max-semi-space-size={node_semi_space_mb(memory_mb)}",
+        f"--stack-size={node_stack_kb(memory_mb)}",
         src,
     ]
 

@@ -8,11 +8,13 @@ stdout in length-prefixed JSON frames: one request per test (stdin or a call wit
 the test's limits), one reply (stdout, stderr, exit status, CPU time, verdict, return value as plain data).
 
 What the host trusts. In `stdio` mode the server never runs candidate code (children do), so its replies are
-the sandbox's measurements. In `call` mode the candidate was imported into the server, so the server is
-candidate code too: the host checks every reply against its own measurements (the jail's cgroup: CPU time
-and OOM kills per test), keeps its own wall-clock limit per test, caps frame sizes, and kills and restarts the
-jail when the server misbehaves. A return value is only ever plain data decoded here; nothing the candidate
-says about itself (exit status, "passed") decides anything.
+the sandbox's measurements, provided the tests cannot reach it: the server says it is init and not dumpable
+(`guarded`), else it is not trusted. In `call` mode the candidate was imported into the server, so the server
+is candidate code too (a `sandbox_error` it reports is the program's runtime error): the host checks every
+reply against its own measurements (the jail's cgroup: CPU time and OOM kills per test), keeps its own
+wall-clock limit per test, caps frame sizes, and kills and restarts the jail when the server misbehaves. A
+return value is only ever plain data decoded here; nothing the candidate says about itself (exit status,
+"passed") decides anything.
 """
 
 from __future__ import annotations
@@ -296,6 +298,7 @@ class WarmPython:
         load_limits: Limits | None = None,
         backend: Backend | str | None = None,
         files: Sequence[File] = (),
+        max_restarts: int | None = None,
     ):
         if mode not in ("stdio", "call"):
             raise ValueError(f"mode must be 'stdio' or 'call', not {mode!r}")
@@ -307,6 +310,9 @@ class WarmPython:
         self.extra_files = list(files)
         self.starts = 0
         self.tests = 0
+        # How often a server that ran the candidate (call mode) may be reloaded after a test took it down;
+        # None: always. Each reload re-imports the program, which may take its load limit every time.
+        self.max_restarts = max_restarts
         self._jail: _Jail | None = None
         self._outcome: CompileOutcome | None = None
         self._lock = threading.Lock()
@@ -396,7 +402,8 @@ class WarmPython:
         self._jail = jail
         # Only a server that ran no candidate code and that the tests cannot signal (the pid namespace's
         # init) is trusted: its death is then the machinery's failure, else the candidate's doing.
-        self._trusted = self.mode == "stdio" and ready.get("init") is True
+        # It must also be out of the tests' reach (not dumpable), or a test could forge or garble its replies.
+        self._trusted = self.mode == "stdio" and ready.get("init") is True and ready.get("guarded") is True
         return CompileOutcome(status="ok")
 
     def _ensure(self) -> _Jail | CompileOutcome:
@@ -407,6 +414,12 @@ class WarmPython:
         if not self._outcome.ok:
             return self._outcome
         if self._jail is None:
+            restarts = self.starts - 1
+            if not self._trusted and self.max_restarts is not None and restarts >= self.max_restarts:
+                return CompileOutcome(
+                    status="runtime_error",
+                    message=f"the program took its sandbox down {restarts + 1} times; not loading it again",
+                )
             again = self._load()  # a previous test took the server down: a fresh one for this test
             if not again.ok:
                 return again
@@ -629,9 +642,13 @@ class WarmPython:
                 detail=str(reply.get("detail", ""))[:2000],
             )
         except (ValueError, TypeError) as exc:
-            return _failure(
-                name, Verdict.sandbox_error, f"a malformed reply from the warm server: {exc}", wall
-            )
+            verdict = Verdict.sandbox_error if self._trusted else Verdict.runtime_error
+            return _failure(name, verdict, f"a malformed reply from the warm server: {exc}", wall)
+        if result.verdict is Verdict.sandbox_error and not self._trusted:
+            # A server that loaded the candidate speaks for the candidate: its "sandbox_error" is the program's
+            # doing (say, it replaced the server's run_test), never a machinery failure that voids the score.
+            result.verdict = Verdict.runtime_error
+            result.detail = f"the server that loaded the program reported a failure: {result.detail}"[:2000]
         if cpu_used is not None:
             # The server's own measure may not be trusted (call mode): the cgroup's is.
             result.cpu_s = round(max(result.cpu_s, cpu_used - SERVER_CPU_SLACK_S), 6)

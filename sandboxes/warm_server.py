@@ -26,6 +26,9 @@ the script (untrusted too) and the candidate live in separate sandboxes and meet
 Per test the parent measures the child's CPU time (whole tree where it can), enforces the CPU limit, the
 wall-clock backstop and the stdout cap, and after the test kills everything the child left behind: as the
 pid namespace's init (pid 1) it SIGKILLs every other process; otherwise it kills the child's session.
+
+The server is not dumpable (prctl), so a test, which runs as the same uid, cannot take its fds (pidfd_getfd,
+/proc/1/fd) or its memory; each test child is dumpable again, like a fresh process.
 """
 
 import ast
@@ -379,6 +382,9 @@ def run_test(state, request):
             os.closerange(3 + len(high), 65536)
             seconds = max(1, math.ceil(cpu_limit)) + 1
             resource.setrlimit(resource.RLIMIT_CPU, (seconds, seconds))
+            # Dumpable again like a fresh process (the server stays out of reach); first, since a process
+            # that is not dumpable cannot open its own /proc/self/oom_score_adj for writing.
+            set_dumpable(True)
             try:
                 with open("/proc/self/oom_score_adj", "w") as handle:
                     handle.write("1000")
@@ -560,8 +566,31 @@ def load(mode, path):
     return state, None
 
 
+PR_SET_DUMPABLE = 4
+
+
+_prctl = []
+
+
+def set_dumpable(on):
+    """prctl(PR_SET_DUMPABLE): whether processes of our uid may open /proc/<pid>/fd, /proc/<pid>/mem or use
+    pidfd_getfd on this one; True when it took effect."""
+    try:
+        if not _prctl:
+            import ctypes
+
+            _prctl.append(ctypes.CDLL(None, use_errno=True).prctl)
+        return _prctl[0](PR_SET_DUMPABLE, int(on), 0, 0, 0) == 0
+    except (OSError, AttributeError, ImportError):
+        return False
+
+
 def main():
     mode, path = sys.argv[1], sys.argv[2]
+    # A test runs as our uid: without this it could take our protocol fds (pidfd_getfd, /proc/1/fd) or
+    # write our memory (/proc/1/mem) and forge or garble a reply, which the host would have to report as a
+    # machinery failure. A child regains it (execve resets it; a forked test sets it back).
+    guarded = set_dumpable(False)
     # Keep the protocol on private fds; fd 0 reads nothing and fd 1 goes to stderr from here on.
     proto_in = os.dup(0)
     proto_out = os.dup(1)
@@ -585,6 +614,7 @@ def main():
             "error": error,
             "pid": os.getpid(),
             "init": IS_INIT,
+            "guarded": guarded,
             "load_s": round(time.monotonic() - started, 6),
             "load_cpu_s": round(time.process_time() - cpu_before, 6),
         },

@@ -157,6 +157,77 @@ def test_monkeypatching_builtins():
     assert_fails(score(equal + "def double(x):\n    return 0", CALL), "wrong_answer", "runtime_error")
 
 
+def test_breaking_the_server_it_was_loaded_into_is_the_programs_fault():
+    # In call mode the candidate is imported into the warm server: the server's replies speak for the
+    # candidate, so a "sandbox_error" it reports is a runtime error, never a status that voids the score.
+    breaker = (
+        "import __main__\n__main__.run_test = lambda state, request: 1 / 0\ndef double(x):\n    return 0"
+    )
+    assert_fails(score(breaker, CALL), "runtime_error")
+    assert_fails(score(breaker, SCRIPT), "runtime_error", "wrong_answer")
+    # Taking the server down on every call: it is reloaded (re-importing the program) MAX_RESTARTS times only.
+    killer = "import __main__, os\n__main__.run_test = lambda state, request: os._exit(1)\ndef double(x):\n    return 0"
+    many = {**CALL, "tests": {**CALL["tests"], "cases": [{"args": [i], "expected": 2 * i} for i in range(8)]}}
+    result = score(killer, many, {"reward": "fraction"})
+    assert_fails(result, "runtime_error")
+    assert "took its sandbox down" in result.details["tests"][-1]["diff"]
+
+
+def test_stealing_the_sandbox_servers_pipes_is_not_a_machinery_failure():
+    # The compiled harness runs as the trusted server's uid; pidfd_getfd on the server once let it write
+    # garbage down the protocol pipe, which the host had to report as sandbox_error.
+    steal = (
+        "#include <sys/syscall.h>\n#include <unistd.h>\n"
+        "int twice(int x) {\n  int p = syscall(434, getppid(), 0);\n"
+        "  for (int fd = 0; fd < 32; fd++) { int g = syscall(438, p, fd, 0);"
+        ' if (g >= 0) write(g, "\\0\\0\\0\\7garbage", 11); }\n  return x;\n}\n'
+    )
+    reference = {
+        "language": "c",
+        "tests": {"format": "call", "entry_point": "twice", "cases": [{"args": [2], "expected": 4}]},
+    }
+    assert_fails(score(steal, reference, language="c"), "wrong_answer")
+    big = "def double(x):\n    return 10 ** 5000"  # past str()'s digit limit: a wrong answer, not a crash
+    assert_fails(score(big, CALL), "wrong_answer")
+
+
+def test_output_that_breaks_the_checker_is_a_wrong_answer():
+    # A special judge that parses the output raises on garbage; that was a verifier_error (the sample skipped),
+    # so printing garbage when unsure escaped the 0.
+    checker = "def check(input, output, expected):\n    return abs(float(output) - float(expected)) < 1e-6\n"
+    reference = {
+        "language": "python",
+        "tests": {"format": "stdio", "checker": checker, "cases": [{"stdin": "", "stdout": "0.5"}]},
+    }
+    assert score("print(0.5)", reference).reward == 1.0
+    result = score("print('not a number')", reference)
+    assert_fails(result, "wrong_answer")
+    assert "the checker failed on this output" in result.details["tests"][0]["diff"]
+    # A checker that fails on the expected output too is the task's fault: never a reward of 0.
+    broken = {
+        **reference,
+        "tests": {**reference["tests"], "checker": checker.replace("float(expected)", "1 / 0")},
+    }
+    assert score("print('not a number')", broken).status is Status.verifier_error
+
+
+def test_output_that_makes_the_checker_spin_is_a_time_limit(monkeypatch: pytest.MonkeyPatch):
+    # Each such test costs the checker's whole CPU limit: counted as time limits, a run of them under
+    # `fraction` ends after MAX_TIME_LIMITS instead of running into the deadline (a timeout, not a 0).
+    from proctor.sandboxes.job import Limits
+
+    monkeypatch.setattr(verifier, "CHECKER_LIMITS", Limits(cpu_s=0.3, memory_mb=256))
+    checker = (
+        "def check(input, output, expected):\n    while output != expected:\n        pass\n    return True\n"
+    )
+    cases = [{"stdin": "", "stdout": "ok\n"}] * 5
+    reference = {"language": "python", "tests": {"format": "stdio", "checker": checker, "cases": cases}}
+    assert score("print('ok')", reference).reward == 1.0
+    result = score("print('no')", reference, {"reward": "fraction"})
+    assert_fails(result, "time_limit")
+    assert result.details["tests_run"] == verifier.MAX_TIME_LIMITS
+
+
 def test_infinite_loops():
     assert_fails(score("while True:\n    pass", stdio([("2", "4")], cpu_s=0.5)), "time_limit")
     reference = {**CALL, "limits": {"cpu_s": 0.5}}
@@ -214,6 +285,28 @@ def test_heavy_recursion_passes():
     assert result.reward == 1.0, result.details
 
 
+DEPTH = {
+    "c": "#include <stdio.h>\nlong d(long n){ return n == 0 ? 0 : 1 + d(n - 1); }\n"
+    'int main(){ long n; scanf("%ld", &n); printf("%ld\\n", d(n)); }',
+    "java": "import java.util.*;\npublic class Main { static long d(long n){ return n == 0 ? 0 : 1 + d(n - 1); }\n"
+    " public static void main(String[] a){ System.out.println(d(new Scanner(System.in).nextLong())); } }",
+    "go": 'package main\nimport "fmt"\nfunc d(n int64) int64 { if n == 0 { return 0 }; return 1 + d(n-1) }\n'
+    "func main(){ var n int64; fmt.Scan(&n); fmt.Println(d(n)) }",
+    "rust": "use std::io::*;\nfn d(n: u64) -> u64 { if n == 0 { 0 } else { 1 + d(n - 1) } }\n"
+    "fn main(){ let mut s = String::new(); stdin().read_to_string(&mut s).unwrap(); "
+    'println!("{}", d(s.trim().parse().unwrap())); }',
+    # Node's own default stack (~1 MB) overflowed near depth 10^4: a DFS over 10^5 nodes failed.
+    "javascript": 'const n = Number(require("fs").readFileSync(0, "utf8").trim());\n'
+    "function d(n){ return n === 0 ? 0 : 1 + d(n - 1); }\nconsole.log(d(n));",
+}
+
+
+@pytest.mark.parametrize("language", list(DEPTH))
+def test_heavy_recursion_passes_in_every_language(language: str):
+    result = score(DEPTH[language], stdio([("100000", "100000")], language=language), language=language)
+    assert (result.status, result.reward) == (Status.ok, 1.0), result.details
+
+
 def test_large_correct_output_passes():
     n = 300_000
     expected = "\n".join(str(i) for i in range(n)) + "\n"
@@ -233,6 +326,34 @@ def test_reading_all_of_stdin_at_once_passes():
         " std::istringstream in(all); long long x, s = 0; while (in >> x) s += x; std::cout << s << '\\n'; }"
     )
     assert score(cpp, stdio([(stdin, expected)], language="cpp"), language="cpp").reward == 1.0
+
+
+# Each reads all of stdin (200,000 numbers) and prints every number up to their count, one per line.
+SLURP = {
+    "c": '#include <stdio.h>\nint main(){ long long x; int n = 0; while (scanf("%lld", &x) == 1) n++;'
+    ' for (int i = 0; i < n; i++) printf("%d\\n", i); }',
+    "java": "import java.util.*;\npublic class Main { public static void main(String[] a) throws Exception {"
+    " int n = new StringTokenizer(new String(System.in.readAllBytes())).countTokens();"
+    " StringBuilder b = new StringBuilder(); for (int i = 0; i < n; i++) b.append(i).append('\\n');"
+    " System.out.print(b); } }",
+    "go": 'package main\nimport ("bufio";"fmt";"io";"os";"strings")\nfunc main(){ b, _ := io.ReadAll(os.Stdin);'
+    " n := len(strings.Fields(string(b))); w := bufio.NewWriter(os.Stdout); defer w.Flush();"
+    " for i := 0; i < n; i++ { fmt.Fprintln(w, i) } }",
+    "rust": "use std::io::*;\nfn main(){ let mut s = String::new(); stdin().read_to_string(&mut s).unwrap();"
+    " let n = s.split_whitespace().count(); let mut o = String::new();"
+    " for i in 0..n { o.push_str(&i.to_string()); o.push('\\n'); } stdout().write_all(o.as_bytes()).unwrap(); }",
+    "javascript": 'const n = require("fs").readFileSync(0, "utf8").split(/\\s+/).filter(Boolean).length;\n'
+    "const a = []; for (let i = 0; i < n; i++) a.push(i);\nconsole.log(a.join('\\n'));",
+}
+
+
+@pytest.mark.parametrize("language", list(SLURP))
+def test_reading_all_of_stdin_and_a_large_output_pass_in_every_language(language: str):
+    count = 200_000
+    stdin = " ".join(map(str, range(count)))
+    expected = "\n".join(map(str, range(count))) + "\n"
+    result = score(SLURP[language], stdio([(stdin, expected)], language=language), language=language)
+    assert (result.status, result.reward) == (Status.ok, 1.0), result.details
 
 
 def test_registered_examples_include_the_hacks():

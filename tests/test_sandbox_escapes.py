@@ -313,7 +313,11 @@ def test_warm_child_cannot_reach_the_protocol_or_the_servers_memory(jail: Nsjail
         forged = json.dumps({"verdict": "ok", "stdout": "FORGED", "id": 1}).encode()
         frame = len(forged).to_bytes(4, "big") + forged
         out = {}
-        for fd in os.listdir("/proc/1/fd"):
+        try:
+            fds = os.listdir("/proc/1/fd")
+        except OSError:  # the server is not dumpable: its fd table is out of the child's reach
+            fds = []
+        for fd in fds:
             try:
                 w = os.open(f"/proc/1/fd/{fd}", os.O_WRONLY | os.O_NONBLOCK)
             except OSError:

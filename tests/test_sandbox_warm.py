@@ -108,6 +108,44 @@ def test_misbehaviour_is_contained_and_the_server_keeps_serving(anything: WarmPy
     assert (after.verdict, after.stdout) == (Verdict.ok, "42\n")
 
 
+# A test runs as the server's uid: it tries to take the server's protocol pipes (pidfd_getfd, /proc/<pid>/fd)
+# and its memory, and to write garbage down every pipe it got, which would garble the next reply.
+STEAL_THE_PIPES = """import ctypes, os
+libc = ctypes.CDLL(None, use_errno=True)
+server = os.getppid()
+stolen = []
+pidfd = os.pidfd_open(server)
+for fd in range(32):
+    got = libc.syscall(438, pidfd, fd, 0)  # pidfd_getfd
+    if got >= 0:
+        stolen.append(got)
+    try:
+        stolen.append(os.open(f"/proc/{server}/fd/{fd}", os.O_WRONLY))
+    except OSError:
+        pass
+try:
+    os.close(os.open(f"/proc/{server}/mem", os.O_RDWR))
+    print("mem")
+except OSError:
+    pass
+for fd in stolen:
+    try:
+        os.write(fd, b"\\x00\\x00\\x00\\x07garbage")
+    except OSError:
+        pass
+print(len(stolen))
+"""
+
+
+def test_a_test_cannot_reach_the_servers_pipes_or_memory(anything: WarmPython) -> None:
+    # Before the server made itself non-dumpable this garbled its reply: a sandbox_error (a machinery failure
+    # that voids the score) caused by the program.
+    result = anything.run(STEAL_THE_PIPES)
+    assert (result.verdict, result.stdout) == (Verdict.ok, "0\n"), result
+    after = anything.run("print(6 * 7)")
+    assert (after.verdict, after.stdout) == (Verdict.ok, "42\n")
+
+
 def test_exit_zero_without_output_is_not_a_pass(anything: WarmPython) -> None:
     result = anything.run("import os\nos._exit(0)")
     assert (result.verdict, result.exit_code, result.stdout) == (
@@ -404,3 +442,17 @@ def test_assert_script_failures(scripts: WarmPython, calls: WarmPython) -> None:
     # The script's own limits still hold.
     stuck = scripts.run_script("while True:\n    pass\n", [], relay(calls))
     assert stuck.result.verdict is Verdict.time_limit
+
+
+def test_a_program_that_keeps_taking_its_server_down_is_reloaded_a_bounded_number_of_times(
+    backend: Backend,
+) -> None:
+    # Imported into the server, the program replaces the server's own test loop with an exit: every call
+    # kills the server, and each reload imports the program again (up to its load limit each time).
+    source = "import __main__, os\n__main__.run_test = lambda state, request: os._exit(1)\ndef f():\n    return 1\n"
+    with WarmPython(source, mode="call", limits=LIMITS, backend=backend, max_restarts=2) as server:
+        assert server.start().ok
+        results = [server.call("f") for _ in range(6)]
+    assert all(r.result.verdict is Verdict.runtime_error and not r.returned for r in results)
+    assert server.starts == 3
+    assert "took its sandbox down 3 times" in results[-1].result.stderr

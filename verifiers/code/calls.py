@@ -171,7 +171,9 @@ class HarnessProgram:
         called = CallResult(result=result)
         if result.verdict is not Verdict.ok or result.stdout_truncated:
             return called
-        records = [line for line in result.stdout.splitlines() if line.startswith(marker + " ")]
+        # split("\n"), not splitlines(): JSON.stringify leaves U+2028, U+2029 and U+0085 raw inside strings,
+        # and splitlines() would cut a correct record there.
+        records = [line for line in result.stdout.split("\n") if line.startswith(marker + " ")]
         if not records:
             result.verdict = Verdict.runtime_error
             result.detail = f"the call ended without returning (exit status {result.exit_code})"
@@ -194,7 +196,7 @@ class HarnessProgram:
                 if next(tokens, None) is not None:
                     raise ValueError("trailing tokens")
                 called.value, called.plain = value, True
-        except (ValueError, StopIteration, RecursionError) as exc:
+        except (ValueError, StopIteration, RecursionError, OverflowError) as exc:
             called.value, called.plain = None, False
             called.not_plain = f"an undecodable record ({type(exc).__name__})"
         return called

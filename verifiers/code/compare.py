@@ -25,7 +25,9 @@ from typing import Any, Literal
 CompareName = Literal["tokens", "lines", "exact", "float"]
 DEFAULT_FLOAT_TOLERANCE = 1e-6
 CLIP = 80
-_NUMBER = re.compile(r"[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?")
+# Each part starts with its own character class, so a failed match backtracks in linear time (`\d+\.?\d*` was
+# quadratic on a long run of digits that is not a number, and the output is the candidate's).
+_NUMBER = re.compile(r"[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?")
 
 
 def clip(text: str, limit: int = CLIP) -> str:
@@ -137,8 +139,18 @@ def _is_number(value: Any) -> bool:
 
 
 def _short(value: Any) -> str:
-    text = repr(value)
+    try:
+        text = repr(value)
+    except ValueError:  # an int past Python's digit limit for str(): the candidate's value, so say what it is
+        return f"an integer of {value.bit_length()} bits" if type(value) is int else "an unprintable value"
     return text if len(text) <= CLIP else text[:CLIP] + "..."
+
+
+def _close(got: float, expected: float, tolerance: float) -> bool:
+    try:
+        return math.isclose(got, expected, rel_tol=tolerance, abs_tol=tolerance)
+    except OverflowError:  # an int too large for a float is not close to any float
+        return False
 
 
 def compare_values(got: Any, expected: Any, tolerance: float | None = None, path: str = "") -> str | None:
@@ -158,11 +170,7 @@ def compare_values(got: Any, expected: Any, tolerance: float | None = None, path
         if got == expected:
             return None
         floats = type(got) is float or type(expected) is float
-        if (
-            tolerance is not None
-            and floats
-            and math.isclose(got, expected, rel_tol=tolerance, abs_tol=tolerance)
-        ):
+        if tolerance is not None and floats and _close(got, expected, tolerance):
             return None
         return f"{where}: expected {_short(expected)}, got {_short(got)}"
     if type(expected) is str:
@@ -184,8 +192,8 @@ def compare_values(got: Any, expected: Any, tolerance: float | None = None, path
             return f"{where}: expected an object, got {type(got).__name__} {_short(got)}"
         keyed: dict[str, Any] = {}
         for key, value in got.items():
-            if type(key) is str or type(key) is int:
-                keyed[str(key)] = value
+            if type(key) is str or (type(key) is int and key.bit_length() < 10_000):
+                keyed[str(key)] = value  # (str() of a longer int raises: no JSON key is that long anyway)
             else:
                 return f"{where}: key {_short(key)} is not a string or an integer"
         if len(keyed) != len(got) or set(keyed) != set(expected):

@@ -9,7 +9,9 @@ from typing import Literal
 
 from proctor.sandboxes.languages import Language, get_language
 
-_OPEN = re.compile(r"^[ \t]{0,3}(`{3,}|~{3,})[ \t]*([^\n`]*?)[ \t]*$")
+# The fence alone; the info string after it is read in Python. The one-regex form, `[ \t]*([^\n`]*?)[ \t]*$`,
+# backtracked on a line such as "```" + 5000 spaces + "x`" for minutes (three ways to split each run of spaces).
+_OPEN = re.compile(r"[ \t]{0,3}(`{3,}|~{3,})")
 THINK_OPEN = "<think>"
 THINK_CLOSE = "</think>"
 
@@ -42,17 +44,26 @@ def after_thinking(text: str) -> str | None:
     return text
 
 
+def _opening(line: str) -> tuple[str, str] | None:
+    """(fence, info string) when `line` opens a fenced block (an info string holds no backtick)."""
+    opened = _OPEN.match(line)
+    if opened is None:
+        return None
+    info = line[opened.end() :].strip(" \t")
+    return None if "`" in info else (opened.group(1), info)
+
+
 def fenced_blocks(text: str) -> list[Block]:
     """Every fenced block (``` or ~~~, CommonMark style), in order; an unclosed last fence runs to the end."""
     blocks: list[Block] = []
     lines = text.splitlines()
     index = 0
     while index < len(lines):
-        opened = _OPEN.match(lines[index])
+        opened = _opening(lines[index])
         if opened is None:
             index += 1
             continue
-        fence, info = opened.group(1), opened.group(2)
+        fence, info = opened
         closing = re.compile(rf"^[ \t]{{0,3}}{re.escape(fence[0])}{{{len(fence)},}}[ \t]*$")
         body: list[str] = []
         index += 1

@@ -55,6 +55,10 @@ C_PRELUDE = (
     "#define main proctor_candidate_main\n"
 )
 
+# A 32-bit float result is written as the shortest digits that read back as that float (0.1f as "0.1"), not
+# as the double it widens to (0.10000000149011612), which no expected value written as 0.1 would equal.
+FLOAT32 = ("float", "Float", "float32", "f32")
+
 # -- C++ --------------------------------------------------------------------------------------------------
 
 CPP_HARNESS = r"""
@@ -89,6 +93,11 @@ static void wr(int v) { put(std::to_string(v)); }
 static void wr(long v) { put(std::to_string(v)); }
 static void wr(long long v) { put(std::to_string(v)); }
 static void wr(double v) { char b[40]; snprintf(b, sizeof b, "%.17g", v); put(b); }
+static void wr(float v) {
+    char b[40];
+    for (int p = 1; p <= 9; p++) { snprintf(b, sizeof b, "%.*g", p, (double)v); if (strtof(b, nullptr) == v) break; }
+    put(b);
+}
 static void wr(bool v) { put(v ? "1" : "0"); }
 static void wr(char v) { put(std::to_string((int)(unsigned char)v)); }
 static void wr(const std::string& v) {
@@ -203,6 +212,11 @@ static void proctor_pput(const char* s) {
 }
 static void proctor_pw_i(long long v) { char b[32]; snprintf(b, sizeof b, "%lld", v); proctor_pput(b); }
 static void proctor_pw_d(double v) { char b[40]; snprintf(b, sizeof b, "%.17g", v); proctor_pput(b); }
+static void proctor_pw_f(float v) {
+    char b[40];
+    for (int p = 1; p <= 9; p++) { snprintf(b, sizeof b, "%.*g", p, (double)v); if (strtof(b, NULL) == v) break; }
+    proctor_pput(b);
+}
 static void proctor_pw_b(bool v) { proctor_pput(v ? "1" : "0"); }
 static void proctor_pw_c(char v) { proctor_pw_i((unsigned char)v); }
 static void proctor_pw_s(const char* v) {
@@ -277,6 +291,11 @@ _C_WRITE = {
 }
 
 
+def _c_writer(declared: str, kind: str) -> str:
+    """The writer for a C value: a float prints its own shortest digits (see FLOAT32)."""
+    return "proctor_pw_f" if declared == "float" else _C_WRITE[kind]
+
+
 def _c_base(text: str) -> str:
     """A C pointer type less one `*` and const: `const int*` -> `int`."""
     without = re.sub(r"\bconst\b", " ", text)
@@ -309,11 +328,13 @@ def _c_call(signature: Signature) -> str:
         names.append("&rs")
         lines.append(f"        {_c_base(result.text)}* r = {signature.name}({', '.join(names)});")
         lines.append("        proctor_pw_i(rs);")
-        lines.append(f"        for (int i = 0; i < rs; i++) {_C_WRITE[result.elem.kind]}(r[i]);")
+        lines.append(
+            f"        for (int i = 0; i < rs; i++) {_c_writer(_c_base(result.text), result.elem.kind)}(r[i]);"
+        )
     else:
         declared = " ".join(re.sub(r"\bconst\b", " ", result.text).split())
         lines.append(f"        {declared} r = {signature.name}({', '.join(names)});")
-        lines.append(f"        {_C_WRITE[result.kind]}(r);")
+        lines.append(f"        {_c_writer(declared, result.kind)}(r);")
     lines.append("    }")
     return "\n".join(lines)
 
@@ -351,6 +372,7 @@ final class ProctorHarness {
     static void w(String t) { O.append(t).append(' '); }
     static void wi(long v) { w(Long.toString(v)); }
     static void wd(double v) { w(Double.toString(v)); }
+    static void wf(float v) { w(Float.toString(v)); }
     static void wb(boolean v) { w(v ? "1" : "0"); }
     static void wc(char v) { w(Integer.toString(v)); }
     static void ws(String v) {
@@ -409,7 +431,7 @@ class _JavaTypes:
 
     def write(self, kind: Type) -> str:
         if kind.elem is None:
-            return _JAVA_WRITE[kind.kind]
+            return "wf" if kind.text in FLOAT32 else _JAVA_WRITE[kind.kind]
         if kind.text not in self.writers:
             name = f"w{len(self.writers)}"
             self.writers[kind.text] = name
@@ -439,7 +461,8 @@ def java_program(source: str, signatures: list[Signature]) -> str:
         lines.append("                break;")
         lines.append("            }")
         dispatch.append("\n".join(lines))
-    body = re.sub(r"^\s*package\s+[\w.]+\s*;", "", source, count=1, flags=re.M)
+    # [ \t]*, not \s*: a line-anchored \s* rescans every following blank line from each line start (quadratic).
+    body = re.sub(r"^[ \t]*package\s+[\w.]+\s*;", "", source, count=1, flags=re.M)
     return (
         JAVA_PRELUDE
         + body
@@ -482,6 +505,7 @@ func proctorStr() string { v, err := proctor_hex.DecodeString(proctorTok()[1:]);
 func proctorW(t string) { proctorO.WriteString(t); proctorO.WriteByte(' ') }
 func proctorWI(v int64) { proctorW(proctor_strconv.FormatInt(v, 10)) }
 func proctorWF(v float64) { proctorW(proctor_strconv.FormatFloat(v, 'g', -1, 64)) }
+func proctorWF32(v float32) { proctorW(proctor_strconv.FormatFloat(float64(v), 'g', -1, 32)) }
 func proctorWB(v bool) { if v { proctorW("1") } else { proctorW("0") } }
 func proctorWS(v string) { proctorW("x" + proctor_hex.EncodeToString([]byte(v))) }
 @@METHODS@@
@@ -550,7 +574,7 @@ class _GoTypes:
     def write(self, kind: Type) -> str:
         """A statement writing `x`."""
         if kind.elem is None:
-            return _GO_WRITE[kind.kind]
+            return "proctorWF32(x)" if kind.text in FLOAT32 else _GO_WRITE[kind.kind]
         if kind.text not in self.writers:
             name = f"proctorW{len(self.writers)}"
             self.writers[kind.text] = name
@@ -574,7 +598,7 @@ def go_program(source: str, signatures: list[Signature]) -> str:
         lines.append(f"\t\tx := {signature.name}({', '.join(names)})")
         lines.append(f"\t\t{types.write(signature.result)}")
         dispatch.append("\n".join(lines))
-    body = re.sub(r"^\s*package\s+\w+\s*;?", "", source, count=1, flags=re.M)
+    body = re.sub(r"^[ \t]*package[ \t]+\w+[ \t]*;?", "", source, count=1, flags=re.M)
     body = re.sub(r"^func\s+main\s*\(", "func proctorCandidateMain(", body, flags=re.M)
     return (
         GO_HEADER
@@ -607,7 +631,7 @@ mod proctor_harness {
     })* } }
     ints!(i32, i64, isize, usize, u32, u64);
     impl P for f64 { fn rd(r: &mut R) -> Self { r.tok().parse().expect("a number") } fn wr(&self, o: &mut String) { put(o, &format!("{:?}", self)); } }
-    impl P for f32 { fn rd(r: &mut R) -> Self { r.tok().parse().expect("a number") } fn wr(&self, o: &mut String) { put(o, &format!("{:?}", *self as f64)); } }
+    impl P for f32 { fn rd(r: &mut R) -> Self { r.tok().parse().expect("a number") } fn wr(&self, o: &mut String) { put(o, &format!("{:?}", self)); } }
     impl P for bool { fn rd(r: &mut R) -> Self { r.tok() == "1" } fn wr(&self, o: &mut String) { put(o, if *self { "1" } else { "0" }); } }
     impl P for u8 { fn rd(r: &mut R) -> Self { r.tok().parse::<u32>().expect("a byte") as u8 } fn wr(&self, o: &mut String) { put(o, &self.to_string()); } }
     impl P for char {
@@ -679,7 +703,9 @@ def rust_program(source: str, signatures: list[Signature]) -> str:
         lines.append("            proctor_harness::P::wr(&r, &mut proctor_o);")
         lines.append("        }")
         dispatch.append("\n".join(lines))
-    body = re.sub(r"^(\s*(?:pub\s+)?)fn\s+main\s*\(", r"\1fn proctor_candidate_main(", source, flags=re.M)
+    body = re.sub(
+        r"^([ \t]*(?:pub[ \t]+)?)fn\s+main\s*\(", r"\1fn proctor_candidate_main(", source, flags=re.M
+    )
     owners = {s.owner for s in signatures if s.owner}
     for owner in sorted(owners):
         if not re.search(rf"\b(?:struct|enum)\s+{owner}\b", body):
@@ -752,7 +778,8 @@ JS_HARNESS = r"""
 });
 """
 _JS_NAME = re.compile(
-    r"^(?:async\s+)?(?:function\s*\*?\s*([A-Za-z_$][\w$]*)|class\s+([A-Za-z_$][\w$]*)|"
+    # (?:\s*\*)?\s*, not \s*\*?\s*: two runs of spaces around an optional star split a long run n ways.
+    r"^(?:async\s+)?(?:function(?:\s*\*)?\s*([A-Za-z_$][\w$]*)|class\s+([A-Za-z_$][\w$]*)|"
     r"(?:const|let|var)\s+([A-Za-z_$][\w$]*)\s*=)",
     re.M,
 )

@@ -82,14 +82,27 @@ class Signature:
 
 # -- source text --------------------------------------------------------------------------------------
 
+# An unclosed string ends at the end of its line (`\\?$`): were the match allowed to fail, each of many
+# quotes on a line would rescan the rest of it, quadratic in the candidate's source.
 _COMMENTS_STRINGS = re.compile(
-    r'//[^\n]*|/\*.*?(?:\*/|\Z)|"(?:\\.|[^"\\\n])*"|\'(?:\\.|[^\'\\\n]){1,8}\'|`[^`]*(?:`|\Z)', re.S
+    r'//[^\n]*|/\*.*?(?:\*/|\Z)|"(?:\\.|[^"\\\n])*(?:"|\\?$)|\'(?:\\.|[^\'\\\n]){1,8}\'|`[^`]*(?:`|\Z)',
+    re.S | re.M,
 )
 
 
 def blank(source: str) -> str:
     """The source with comments and string/char literals blanked out (same length, so offsets still match)."""
     return _COMMENTS_STRINGS.sub(lambda m: re.sub(r"[^\n]", " ", m.group()), source)
+
+
+# A preprocessor line (continued by backslash-newline); it never fails to match, so the scan stays linear.
+_DIRECTIVE = re.compile(r"^[ \t]*#(?:[^\n\\]|\\.)*", re.M | re.S)
+
+
+def blank_directives(text: str) -> str:
+    """C/C++ text with preprocessor lines blanked (same length): `#include <stdio.h>` right before a function
+    would otherwise be read as part of its return type, and the function not found."""
+    return _DIRECTIVE.sub(lambda m: re.sub(r"[^\n]", " ", m.group()), text)
 
 
 def _depths(text: str) -> list[int]:
@@ -237,7 +250,7 @@ def _c_params(raw: str, array_result: bool) -> tuple[list[Param], bool]:
 
 def c_functions(source: str) -> list[Signature]:
     """The top-level C functions with a signature in the grammar (others are skipped)."""
-    text = blank(source)
+    text = blank_directives(blank(source))
     depth_at = _depths(text)
     found = []
     for prefix, match in _headers(text, r"\s{0,100}\{"):
@@ -274,7 +287,7 @@ _CPP_TAIL = r"\s{0,100}(?:const\s{0,100})?(?:noexcept\s{0,100})?(?:override\s{0,
 
 def cpp_functions(source: str) -> list[Signature]:
     """Top-level functions and methods of top-level classes/structs (public or not) in C++."""
-    text = blank(source)
+    text = blank_directives(blank(source))
     depth_at = _depths(text)
     classes = _owners(text, depth_at, r"\b(?:class|struct)\s+(?P<name>[A-Za-z_]\w*)[^;{}]{0,500}\{")
     found = []
@@ -636,6 +649,8 @@ def decode(tokens: Iterator[str], kind: Type) -> object:
         code = int(token)
         if kind.kind == "byte":
             code &= 0xFF
+        if not 0 <= code < 0x110000:  # chr() would raise OverflowError past the C long range
+            raise ValueError(f"a character code {token[:20]!r}")
         return chr(code)
     raise ValueError(f"unsupported type {kind.describe()}")
 

@@ -69,6 +69,7 @@ DEFAULT_MEMORY_MB = 1024
 MAX_CPU_S = 20.0
 MIN_REFERENCE_CPU_S = 0.01
 MAX_TIME_LIMITS = 3
+MAX_RESTARTS = 3  # reloads of a Python program that took its call-mode server down (each one re-imports it)
 MAX_CASES = 10_000
 MAX_DETAILS = 100
 MIB = 1024 * 1024
@@ -463,11 +464,12 @@ class Judge:
         if failed is not None:
             return failed
         if checker is not None:
-            accepted, diff = checker.check(case.stdin, result.stdout, case.stdout)
-        else:
-            diff = compare_output(tests.compare, result.stdout, case.stdout, self.options.tolerance)
-            accepted = diff is None
-        return TestResult("passed" if accepted else "wrong_answer", result.cpu_s, result.wall_s, diff or "")
+            verdict, diff = checker.check(case.stdin, result.stdout, case.stdout)
+            return TestResult(verdict, result.cpu_s, result.wall_s, diff)
+        diff = compare_output(tests.compare, result.stdout, case.stdout, self.options.tolerance)
+        return TestResult(
+            "passed" if diff is None else "wrong_answer", result.cpu_s, result.wall_s, diff or ""
+        )
 
     # -- call ----------------------------------------------------------------------------------------
 
@@ -475,7 +477,9 @@ class Judge:
         """The candidate loaded for calls: a WarmPython (Python) or a HarnessProgram (the others); None when
         it did not load (run says why)."""
         if self.reference.language == "python":
-            program: Any = WarmPython(code, mode="call", limits=self.limits, backend=self.backend)
+            program: Any = WarmPython(
+                code, mode="call", limits=self.limits, backend=self.backend, max_restarts=MAX_RESTARTS
+            )
         else:
             program = HarnessProgram(
                 self.reference.language,
@@ -603,6 +607,10 @@ def with_check_call(script: str, entry_point: str) -> str:
     return f"{script}\n\ncheck({entry_point})\n" if defines and not calls else script
 
 
+def _is_bool(called: CallResult) -> bool:
+    return called.returned and called.plain and type(called.value) is bool
+
+
 class Checker:
     """A special judge loaded once in its own sandbox; check() returns (accepted, why not)."""
 
@@ -610,8 +618,9 @@ class Checker:
         self.program = WarmPython(source, mode="call", limits=CHECKER_LIMITS, backend=backend)
         self.loaded = False
 
-    def check(self, stdin: str, output: str, expected: str) -> tuple[bool, str | None]:
-        """Ask the checker; its failure raises CheckerFailure (or SandboxFailure)."""
+    def check(self, stdin: str, output: str, expected: str) -> tuple[str, str]:
+        """Ask the checker: (passed, wrong_answer or time_limit; why not). Its own failure raises
+        CheckerFailure (or SandboxFailure)."""
         if not self.loaded:
             outcome = self.program.start()
             if outcome.status == "sandbox_error":
@@ -620,15 +629,31 @@ class Checker:
                 why = program_message(outcome.message)[-500:]
                 raise CheckerFailure(f"the checker did not load ({outcome.status}): {why}")
             self.loaded = True
+        called = self._ask(stdin, output, expected)
+        if _is_bool(called):
+            return ("passed", "") if called.value else ("wrong_answer", "rejected by the checker")
+        why = called.not_plain or called.result.detail or repr(called.value)[:100]
+        # The output is the candidate's: a checker that fails on it (float("abc"), a slow parse of a flood)
+        # but accepts the expected output as an answer failed because of the output, a wrong answer as in
+        # testlib. Otherwise the checker is at fault: a verifier_error, never a reward of 0. Were every
+        # failure the checker's, printing garbage would turn a 0 into a skipped sample.
+        sane = self._ask(stdin, expected, expected)
+        if _is_bool(sane) and sane.value is True:
+            # A checker stuck on the output counts as a time limit, so that under `fraction` a run of them
+            # ends after MAX_TIME_LIMITS (each costs up to the checker's CPU limit) instead of the deadline.
+            stuck = called.result.verdict is RunVerdict.time_limit
+            return "time_limit" if stuck else "wrong_answer", f"the checker failed on this output ({why})"[
+                :300
+            ]
+        raise CheckerFailure(
+            f"the checker did not return a bool ({why}); stderr: {called.result.stderr[-300:]}"
+        )
+
+    def _ask(self, stdin: str, output: str, expected: str) -> CallResult:
         called = self.program.call("check", [stdin, output, expected], limits=CHECKER_LIMITS)
         if called.result.verdict is RunVerdict.sandbox_error:
             raise SandboxFailure(called.result.detail)
-        if not (called.returned and called.plain and type(called.value) is bool):
-            why = called.not_plain or called.result.detail or repr(called.value)[:100]
-            raise CheckerFailure(
-                f"the checker did not return a bool ({why}); stderr: {called.result.stderr[-300:]}"
-            )
-        return called.value, None if called.value else "rejected by the checker"
+        return called
 
     def close(self) -> None:
         """Kill the checker's sandbox."""
