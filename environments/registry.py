@@ -25,6 +25,10 @@ MAX_SEED = 2**63 - 1
 CUSTOM_DIFFICULTY = "custom"
 
 
+class GenerationError(RuntimeError):
+    """A generator could not make a task for this config within its bounded attempts (a 422, not a 500)."""
+
+
 class EnvConfig(BaseModel):
     """Base of every environment's config model: unknown keys are an error, so a typo is never ignored."""
 
@@ -101,7 +105,12 @@ class EnvironmentSpec:
         if not isinstance(count, int) or isinstance(count, bool) or not 1 <= count <= MAX_TASKS_PER_CALL:
             raise RequestError(422, f"count must be an integer in [1, {MAX_TASKS_PER_CALL}]", "count")
         parsed, label = self.resolve(difficulty, config)
-        return self.make(parsed, split, seed, count, label)
+        try:
+            return self.make(parsed, split, seed, count, label)
+        except GenerationError as exc:
+            raise RequestError(
+                422, f"{self.name}: cannot make tasks for this config: {exc}", "config"
+            ) from None
 
     def describe(self) -> dict[str, Any]:
         """Name, version, verifier, levels and the config's JSON schema, as listed by GET /v1/environments."""

@@ -1,12 +1,15 @@
 """`puzzle.activity_scheduling`: choose non-overlapping activities, as many (or as valuable) as possible.
 
 Activities are numbered, each with a start and an end time (the half-open interval [start, end): one may
-start exactly when another ends). Unweighted levels ask for the largest number of activities; the weighted
+start exactly when another ends). An unweighted config asks for the largest number of activities; a weighted
 level gives every activity a value and asks for the largest total value. The answer is the chosen activity
 numbers; the checker accepts any set of distinct, pairwise compatible activities whose count (or total
 value) equals the optimum, which it recomputes by dynamic programming over activities sorted by end time.
 The generator counts the optimal sets and redraws instances where a random pick of that many activities
-would be optimal more than 2% of the time.
+would be optimal more than 2% of the time. Every level is weighted: on unweighted instances a random maximal
+schedule (add random activities while they fit, no optimising) is optimal about 40% of the time, which no
+rejection can fix; weighted instances are redrawn while such a schedule is optimal in more than
+GUESS_HITS of GUESS_TRIALS simulated picks. (`weighted: false` is still a config, ungated.)
 """
 
 from __future__ import annotations
@@ -30,6 +33,9 @@ from proctor.environments.puzzles.lis import parse_numbers
 MAX_ACTIVITIES = 60
 MAX_TIME = 10_000
 MAX_GUESS_RATE = 0.02
+GUESS_TRIALS = 100
+GUESS_HITS = 1
+"""Weighted instances: at most this many of GUESS_TRIALS random maximal schedules may be optimal."""
 
 
 class ActivityConfig(PuzzleConfig):
@@ -91,6 +97,23 @@ def optimum(intervals: list[tuple[int, int]], weights: list[int]) -> tuple[int, 
     return best[-1], ways[-1], sorted(chosen)
 
 
+def random_maximal(rng: random.Random, intervals: list[tuple[int, int]]) -> list[int]:
+    """A random maximal schedule: activities in random order, each kept when it fits (0-based, sorted)."""
+    order = list(range(len(intervals)))
+    rng.shuffle(order)
+    chosen: list[int] = []
+    for i in order:
+        start, end = intervals[i]
+        if all(end <= intervals[j][0] or intervals[j][1] <= start for j in chosen):
+            chosen.append(i)
+    return sorted(chosen)
+
+
+def guess_hits(rng: random.Random, intervals: list[tuple[int, int]], weights: list[int], best: int) -> int:
+    """How many of GUESS_TRIALS random maximal schedules reach the optimum `best`."""
+    return sum(sum(weights[i] for i in random_maximal(rng, intervals)) == best for _ in range(GUESS_TRIALS))
+
+
 def compatible(intervals: list[tuple[int, int]]) -> bool:
     """Whether no two half-open intervals overlap."""
     ordered = sorted(intervals)
@@ -101,24 +124,28 @@ class ActivityScheduling(PuzzleFamily[ActivityConfig, ActivityReference]):
     """Interval scheduling (unweighted or weighted), answered as the chosen activity numbers."""
 
     name = "activity_scheduling"
-    version = "1"
+    version = "2"
     description = "Pick non-overlapping activities: as many as possible, or the most total value; any optimal set scores 1."
     Config = ActivityConfig
     Reference = ActivityReference
     levels = {
         "easy": {
-            "min_activities": 8,
-            "max_activities": 10,
+            "min_activities": 10,
+            "max_activities": 12,
             "horizon": 30,
             "min_duration": 2,
             "max_duration": 8,
+            "weighted": True,
+            "max_weight": 20,
         },
         "medium": {
-            "min_activities": 10,
-            "max_activities": 13,
-            "horizon": 40,
+            "min_activities": 12,
+            "max_activities": 14,
+            "horizon": 50,
             "min_duration": 2,
-            "max_duration": 9,
+            "max_duration": 11,
+            "weighted": True,
+            "max_weight": 30,
         },
         "hard": {
             "min_activities": 14,
@@ -146,6 +173,8 @@ class ActivityScheduling(PuzzleFamily[ActivityConfig, ActivityReference]):
             reference = ActivityReference(intervals=intervals, weights=weights)
             total, ways, chosen = optimum(intervals, [reference.weight(i) for i in range(n)])
             if len(chosen) == n or ways / comb(n, len(chosen)) > MAX_GUESS_RATE:
+                continue
+            if weights is not None and guess_hits(rng, intervals, weights, total) > GUESS_HITS:
                 continue
             lines = [
                 f"{i + 1}: from {s} to {e}" + (f", value {weights[i]}" if weights else "")
@@ -183,10 +212,8 @@ class ActivityScheduling(PuzzleFamily[ActivityConfig, ActivityReference]):
         return Checked.right()
 
     def random_answer(self, rng: random.Random, reference: ActivityReference) -> str:
-        """As many random distinct activity numbers as an optimal set has."""
-        n = len(reference.intervals)
-        _, _, chosen = optimum(list(reference.intervals), [reference.weight(i) for i in range(n)])
-        return ", ".join(str(i + 1) for i in sorted(rng.sample(range(n), len(chosen))))
+        """A random maximal schedule: compatible activities picked in random order, without optimising."""
+        return ", ".join(str(i + 1) for i in random_maximal(rng, list(reference.intervals)))
 
 
 register_family(ActivityScheduling)

@@ -18,7 +18,13 @@ from pydantic import BaseModel, ConfigDict
 from proctor.contract import Verdict
 from proctor.environments.puzzles.answer import MAX_ANSWER_CHARS, Checked, extract, no_answer, to_verdict
 from proctor.environments.puzzles.seeding import canonical, content_split, item_rng, puzzle_id
-from proctor.environments.registry import EnvConfig, EnvironmentSpec, Task, register_environment
+from proctor.environments.registry import (
+    EnvConfig,
+    EnvironmentSpec,
+    GenerationError,
+    Task,
+    register_environment,
+)
 from proctor.registry import BaseOptions, Example, VerifierSpec
 from proctor.verifiers.text.extract import clip
 
@@ -117,11 +123,18 @@ class PuzzleFamily(ABC, Generic[ConfigT, ReferenceT]):
         config_values = config.model_dump(mode="json")
         for attempt in range(MAX_ATTEMPTS):
             rng = item_rng(self.name, self.version, config_values, split, seed, index, attempt)
-            puzzle = self.generate(rng, config)
+            try:
+                puzzle = self.generate(rng, config)
+            except RecursionError:
+                raise
+            except RuntimeError as exc:  # a generator's "no puzzle for this config after N tries"
+                raise GenerationError(f"{self.env_name}: {exc}") from exc
             key = self.key(puzzle.reference)
             if content_split(key) == split:
                 return puzzle, attempt, key
-        raise RuntimeError(f"{self.env_name}: no {split} puzzle in {MAX_ATTEMPTS} attempts (config {config})")
+        raise GenerationError(
+            f"{self.env_name}: no {split} puzzle in {MAX_ATTEMPTS} attempts (config {config})"
+        )
 
     def task(self, config: ConfigT, split: str, seed: int, index: int, difficulty: str) -> Task:
         """One task, with the prompt, the JSON reference and the metadata every family carries."""

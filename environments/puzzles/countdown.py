@@ -27,6 +27,11 @@ from proctor.environments.puzzles.base import (
 
 LARGE = (25, 50, 75, 100)
 OPS = ("+", "-", "*", "/")
+MAX_24_NUMBERS = 4
+TRIES_24 = 200
+"""Number sets drawn per 24-mode attempt before giving up (an unreachable target fails in about a second)."""
+TRIES_COUNTDOWN = 20_000
+"""Random expressions drawn per countdown attempt before giving up (the levels need under 300)."""
 
 
 class CountdownConfig(PuzzleConfig):
@@ -40,6 +45,14 @@ class CountdownConfig(PuzzleConfig):
     max_target: int = Field(default=999, ge=1, le=10**6)
     min_used: int = Field(default=4, ge=2, le=8, description="Countdown: the gold uses at least this many.")
     target: int = Field(default=24, ge=1, le=10**6, description="24 mode: the target.")
+
+    @model_validator(mode="after")
+    def _solvable_quickly(self) -> CountdownConfig:
+        # 24 mode proves each set solvable by exhaustive search, which is milliseconds for four numbers
+        # but minutes for five or more: a request must not be able to pin a worker that long.
+        if self.mode == "24" and self.count > MAX_24_NUMBERS:
+            raise ValueError(f"24 mode uses at most {MAX_24_NUMBERS} numbers")
+        return self
 
 
 class CountdownReference(PuzzleReference):
@@ -153,7 +166,7 @@ class Countdown(PuzzleFamily[CountdownConfig, CountdownReference]):
     def generate(self, rng: random.Random, config: CountdownConfig) -> Puzzle[CountdownReference]:
         """24 mode: draw numbers until the solver finds a solution; countdown: a random integer expression."""
         if config.mode == "24":
-            for tries in range(1, 1001):
+            for tries in range(1, TRIES_24 + 1):
                 numbers = sorted(rng.randint(1, config.max_small) for _ in range(config.count))
                 gold = solve24_cached(tuple(numbers), config.target)
                 if gold is not None:
@@ -161,7 +174,7 @@ class Countdown(PuzzleFamily[CountdownConfig, CountdownReference]):
                     return Puzzle(self._question(reference), reference, gold[1:-1], {"tries": tries})
             raise RuntimeError("no solvable 24 set found")
         lo, hi = config.min_target, max(config.min_target, config.max_target)
-        for tries in range(1, 100_001):
+        for tries in range(1, TRIES_COUNTDOWN + 1):
             large = rng.randint(0, min(config.max_large, config.count))
             numbers = rng.sample(LARGE, large) + [
                 rng.randint(1, config.max_small) for _ in range(config.count - large)

@@ -3,7 +3,12 @@
 The grid has walls (`#`), open cells (`.`), the start `S` and the goal `G`. The answer is the path as moves
 U/D/L/R; it must stay on open cells and end on G in exactly the shortest distance (BFS, computed by the
 generator and stored in the reference as `shortest`). Random walls leave loops, so many mazes have several
-shortest paths, and every one of them is accepted.
+shortest paths, and every one of them is accepted. A reference whose `shortest` is not the BFS distance is
+refused (422), so the checker never trusts a wrong stored distance.
+
+The generator redraws mazes where a random self-avoiding walk from S that reaches G is a shortest path more
+than 1% of the time (see `guessable`): otherwise wandering without planning earns reward. The
+medium level's distances are long enough that such walks rarely arrive by a shortest route.
 """
 
 from __future__ import annotations
@@ -26,6 +31,10 @@ from proctor.environments.puzzles.base import (
 MAX_SIDE = 30
 MOVES: dict[str, tuple[int, int]] = {"U": (-1, 0), "D": (1, 0), "L": (0, -1), "R": (0, 1)}
 _SEPARATORS = str.maketrans("", "", " \t\r\n,;")
+GUESS_TRIALS = 100
+GUESS_RATE = 0.01
+GUESS_RETRIES = 20
+"""Mazes are redrawn while more than this share of random walks reaching G are shortest."""
 
 
 class MazeConfig(PuzzleConfig):
@@ -52,6 +61,9 @@ class MazeReference(PuzzleReference):
         text = "".join(self.grid)
         if any(char not in "#.SG" for char in text) or text.count("S") != 1 or text.count("G") != 1:
             raise ValueError("grid cells are '#', '.', and exactly one 'S' and one 'G'")
+        path = shortest_path(self.grid)
+        if path is None or len(path) != self.shortest:
+            raise ValueError("shortest must be the BFS distance from S to G (and G must be reachable)")
         return self
 
 
@@ -130,19 +142,58 @@ def follow(grid: list[str], moves: str) -> tuple[str, int]:
     return ("ok" if grid[row][column] == "G" else "not_at_goal"), len(moves)
 
 
+def random_walk(rng: random.Random, grid: list[str]) -> str | None:
+    """A self-avoiding walk from S taking random open unvisited neighbours until G; None when stuck."""
+    height, width = len(grid), len(grid[0])
+    row, column = find(grid, "S")
+    seen = {(row, column)}
+    moves = []
+    while grid[row][column] != "G":
+        options = [
+            (move, (row + dr, column + dc))
+            for move, (dr, dc) in MOVES.items()
+            if 0 <= row + dr < height
+            and 0 <= column + dc < width
+            and grid[row + dr][column + dc] != "#"
+            and (row + dr, column + dc) not in seen
+        ]
+        if not options:
+            return None
+        move, (row, column) = rng.choice(options)
+        seen.add((row, column))
+        moves.append(move)
+    return "".join(moves)
+
+
+def guessable(rng: random.Random, grid: list[str], shortest: int) -> bool:
+    """Whether random walks that reach G are shortest paths more than GUESS_RATE of the time.
+
+    Up to 3 * GUESS_TRIALS walks, until GUESS_TRIALS arrive (the policy retries stuck walks); a maze few
+    walks reach is judged as if GUESS_TRIALS // 2 had arrived, so one lucky arrival does not reject it.
+    """
+    walks = reached = hits = 0
+    while walks < GUESS_TRIALS * 3 and reached < GUESS_TRIALS:
+        walks += 1
+        walk = random_walk(rng, grid)
+        if walk is not None:
+            reached += 1
+            hits += len(walk) == shortest
+    return hits > GUESS_RATE * max(reached, GUESS_TRIALS // 2)
+
+
 class Maze(PuzzleFamily[MazeConfig, MazeReference]):
     """Shortest path through a random grid maze, answered as a move string."""
 
     name = "maze"
-    version = "1"
+    version = "2"
     description = (
         "Find a shortest path from S to G in a grid maze, as U/D/L/R moves; any shortest path scores 1."
     )
     Config = MazeConfig
     Reference = MazeReference
     levels = {
-        "easy": {"min_side": 5, "max_side": 7, "wall_percent": 30, "min_distance": 4, "max_distance": 10},
-        "medium": {"min_side": 8, "max_side": 11, "wall_percent": 32, "min_distance": 8, "max_distance": 18},
+        "easy": {"min_side": 6, "max_side": 8, "wall_percent": 30, "min_distance": 7, "max_distance": 12},
+        "medium": {"min_side": 9, "max_side": 12, "wall_percent": 32, "min_distance": 12, "max_distance": 22},
         "hard": {"min_side": 12, "max_side": 16, "wall_percent": 35, "min_distance": 18, "max_distance": 40},
     }
     max_answer_chars = 1_000
@@ -171,6 +222,8 @@ class Maze(PuzzleFamily[MazeConfig, MazeReference]):
             grid = ["".join(row) for row in cells]
             path = shortest_path(grid)
             assert path is not None and len(path) == dist[goal]
+            if guessable(rng, grid, len(path)):
+                continue
             reference = MazeReference(grid=grid, shortest=len(path))
             question = (
                 "Find a shortest path from S to G in this maze. '#' is a wall, '.' is open floor; you may step "
@@ -198,7 +251,11 @@ class Maze(PuzzleFamily[MazeConfig, MazeReference]):
         return Checked.right()
 
     def random_answer(self, rng: random.Random, reference: MazeReference) -> str:
-        """Random moves, as many as the shortest path has."""
+        """A random self-avoiding walk from S to G (redrawn while it gets stuck), else random moves."""
+        for _ in range(GUESS_RETRIES):
+            walk = random_walk(rng, reference.grid)
+            if walk is not None:
+                return walk
         return "".join(rng.choice("UDLR") for _ in range(reference.shortest))
 
 

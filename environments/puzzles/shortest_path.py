@@ -2,6 +2,10 @@
 
 The checker walks the answered path over the graph's edges and compares its length with the distance it
 computes itself (Dijkstra), so every one of several equally short paths is accepted.
+
+The generator redraws the endpoints (and then the graph) while a random self-avoiding walk that reaches the
+goal is a shortest path more than 2% of the time (GUESS_TRIALS simulated walks): otherwise wandering,
+with no weights read, earns reward. Every loop is bounded, so a config that cannot be met is an error.
 """
 
 from __future__ import annotations
@@ -23,6 +27,11 @@ from proctor.environments.puzzles.base import (
 
 MAX_NODES = 60
 MAX_EDGES = 400
+GUESS_TRIALS = 100
+GUESS_RATE = 0.02
+"""Endpoints are redrawn while more than this share of random walks reaching the goal are shortest."""
+PAIR_TRIES = 50
+GRAPH_TRIES = 200
 _STEP = re.compile(r"\s*(?:->|→|,|\s)\s*")
 
 
@@ -89,6 +98,42 @@ def dijkstra(
     return None, []
 
 
+def random_walk(rng: random.Random, neighbours: list[list[int]], start: int, goal: int) -> list[int] | None:
+    """A self-avoiding walk from start taking random unvisited neighbours; None when it gets stuck."""
+    path, seen = [start], {start}
+    while path[-1] != goal:
+        options = [node for node in neighbours[path[-1]] if node not in seen]
+        if not options:
+            return None
+        path.append(rng.choice(options))
+        seen.add(path[-1])
+    return path
+
+
+def neighbour_lists(reference: PathReference) -> list[list[int]]:
+    """Each node's neighbours, sorted (an order that is the same in every process)."""
+    neighbours: list[set[int]] = [set() for _ in range(reference.nodes)]
+    for a, b, _ in reference.edges:
+        neighbours[a].add(b)
+        neighbours[b].add(a)
+    return [sorted(found) for found in neighbours]
+
+
+def guessable(rng: random.Random, reference: PathReference, distance: int) -> bool:
+    """Whether random walks that reach the goal are shortest paths more than GUESS_RATE of the time."""
+    weights = adjacency(reference)
+    neighbours = neighbour_lists(reference)
+    reached = hits = 0
+    for _ in range(GUESS_TRIALS * 3):  # until GUESS_TRIALS walks arrive: the policy retries stuck walks
+        if reached == GUESS_TRIALS:
+            break
+        walk = random_walk(rng, neighbours, reference.start, reference.goal)
+        if walk is not None:
+            reached += 1
+            hits += sum(weights[pair] for pair in zip(walk, walk[1:], strict=False)) == distance
+    return hits > GUESS_RATE * max(reached, GUESS_TRIALS // 2)
+
+
 def parse_path(answer: str) -> list[int] | None:
     """Node numbers separated by '->', commas or spaces; None when anything else is there."""
     parts = [part for part in _STEP.split(answer.strip()) if part]
@@ -105,7 +150,7 @@ class ShortestPath(PuzzleFamily[PathConfig, PathReference]):
     """Find a shortest path between two nodes."""
 
     name = "shortest_path"
-    version = "1"
+    version = "2"
     description = "Give a shortest path between two nodes of a weighted graph; any shortest path scores 1."
     Config = PathConfig
     Reference = PathReference
@@ -117,22 +162,29 @@ class ShortestPath(PuzzleFamily[PathConfig, PathReference]):
     max_answer_chars = 600
 
     def generate(self, rng: random.Random, config: PathConfig) -> Puzzle[PathReference]:
-        """A random tree plus extra edges; start and goal at least two hops apart."""
-        n = rng.randint(config.min_nodes, max(config.min_nodes, config.max_nodes))
-        order = list(range(n))
-        rng.shuffle(order)
-        pairs = {tuple(sorted((order[i], order[rng.randrange(i)]))) for i in range(1, n)}
-        target = len(pairs) + round(config.extra_edges * n)
-        while len(pairs) < min(target, n * (n - 1) // 2):
-            a, b = rng.sample(range(n), 2)
-            pairs.add((min(a, b), max(a, b)))
-        edges = [(a, b, rng.randint(1, config.max_weight)) for a, b in sorted(pairs)]
-        while True:
-            start, goal = rng.sample(range(n), 2)
-            reference = PathReference(nodes=n, edges=edges, start=start, goal=goal)
-            distance, path = dijkstra(reference)
-            if len(path) >= 3 or n <= 3:
-                break
+        """A random tree plus extra edges; endpoints two or more hops apart that random walks rarely solve."""
+        for _ in range(GRAPH_TRIES):
+            n = rng.randint(config.min_nodes, max(config.min_nodes, config.max_nodes))
+            order = list(range(n))
+            rng.shuffle(order)
+            pairs = {tuple(sorted((order[i], order[rng.randrange(i)]))) for i in range(1, n)}
+            target = len(pairs) + round(config.extra_edges * n)
+            while len(pairs) < min(target, n * (n - 1) // 2):
+                a, b = rng.sample(range(n), 2)
+                pairs.add((min(a, b), max(a, b)))
+            edges = [(a, b, rng.randint(1, config.max_weight)) for a, b in sorted(pairs)]
+            for _ in range(PAIR_TRIES):
+                start, goal = rng.sample(range(n), 2)
+                reference = PathReference(nodes=n, edges=edges, start=start, goal=goal)
+                distance, path = dijkstra(reference)
+                if distance is not None and len(path) >= 3 and not guessable(rng, reference, distance):
+                    return self._puzzle(reference, edges, distance, path)
+        raise RuntimeError("no endpoints two hops apart that random walks rarely solve; add nodes or weights")
+
+    def _puzzle(
+        self, reference: PathReference, edges: list[tuple[int, int, int]], distance: int, path: list[int]
+    ) -> Puzzle[PathReference]:
+        n, start, goal = reference.nodes, reference.start, reference.goal
         listed = ", ".join(f"{a}-{b} ({w})" for a, b, w in edges)
         question = (
             f"An undirected graph has nodes 0 to {n - 1} and these edges, with their lengths in parentheses: "
@@ -167,9 +219,13 @@ class ShortestPath(PuzzleFamily[PathConfig, PathReference]):
         return Checked.right()
 
     def random_answer(self, rng: random.Random, reference: PathReference) -> str:
-        """Start, a few random nodes, goal."""
-        middle = [rng.randrange(reference.nodes) for _ in range(rng.randint(1, 4))]
-        return " -> ".join(str(node) for node in [reference.start, *middle, reference.goal])
+        """A random self-avoiding walk from start to goal (redrawn while it gets stuck), else start -> goal."""
+        neighbours = neighbour_lists(reference)
+        for _ in range(20):
+            walk = random_walk(rng, neighbours, reference.start, reference.goal)
+            if walk is not None:
+                return " -> ".join(map(str, walk))
+        return f"{reference.start} -> {reference.goal}"
 
 
 register_family(ShortestPath)
