@@ -43,6 +43,9 @@ from proctor.verifiers.sql.extract import (
         ("SELECT a FROM t; DROP TABLE t", "DROP TABLE t"),
         ("", ""),
         ("<answer>SELECT a FROM t</answer>\nChecked with:\n```python\nprint(rows)\n```", "SELECT a FROM t"),
+        # a draft inside the reasoning is not the answer, and an unterminated <think> is no answer at all
+        ("<think>\n```sql\nSELECT 1\n```\n</think>\n<answer>SELECT 2</answer>", "SELECT 2"),
+        ("<think>\n```sql\nSELECT 1\n```\nstill thinking", ""),
     ],
 )
 def test_extract_takes_the_last_block_tag_or_statement(response: str, expected: str):

@@ -44,6 +44,25 @@ def test_extraction_takes_the_last_verilog_block_or_the_modules():
         "modules",
     )
     assert extract_verilog("no code here") == ("", "none")
+    draft = "<think>\n```verilog\nmodule A; endmodule\n```\n</think>\n```verilog\nmodule B; endmodule\n```"
+    assert extract_verilog(draft) == ("module B; endmodule\n", "fenced_verilog")
+    assert extract_verilog("<think>\n```verilog\nmodule A; endmodule\n```\nstill thinking") == ("", "none")
+
+
+def test_the_references_own_runs_do_not_spend_the_candidates_budget():
+    from proctor.verifiers.verilog import verifier as V
+
+    reference = V.VerilogReference.model_validate(
+        NO_TB | {"reference_module": NO_TB["reference_module"] + "\n// budget"}
+    )
+    budget = V.request_budget(30.0)
+    token = V._budget.set(budget)
+    try:
+        before = budget.cpu_left
+        V.reference_info(reference, V.VerilogOptions())
+    finally:
+        V._budget.reset(token)
+    assert budget.cpu_left == before
 
 
 def test_the_gate_reads_tokens_not_substrings():

@@ -17,10 +17,13 @@ from sqlglot import exp
 from sqlglot.errors import SqlglotError
 from sqlglot.tokens import TokenType
 
+from proctor.verifiers.code.extract import fenced_blocks
+from proctor.verifiers.text.extract import after_think
+
 logging.getLogger("sqlglot").setLevel(logging.ERROR)  # it warns on every unsupported statement it meets
 
 MAX_SQL_CHARS = 100_000
-FENCE = re.compile(r"```[ \t]*([A-Za-z0-9_+-]*)[^\n]*\n(.*?)```", re.S)
+SQL_FENCE_LABELS = ("sql", "sqlite", "postgresql", "postgres")
 ANSWER = re.compile(r"<answer>(.*?)</answer>", re.S | re.I)
 READ_ONLY = (exp.Select, exp.Union, exp.Intersect, exp.Except)
 # Anywhere inside a statement these mean it is not a pure query.
@@ -56,19 +59,24 @@ class Shape:
 
 
 def extract_sql(response: str) -> str:
-    """The SQL text of a response: last ```sql block, else last <answer> tag, else the response's last statement."""
-    blocks = FENCE.findall(response)
-    sql_blocks = [
-        body for lang, body in blocks if lang.lower() in ("sql", "sqlite", "postgresql", "postgres")
-    ]
-    unlabeled = [body for lang, body in blocks if not lang]
+    """The SQL text of a response: last ```sql block, else last <answer> tag, else the response's last statement.
+
+    Only what follows the last </think> counts (a draft in the reasoning is not the answer); an unterminated
+    <think> means no answer at all, so the empty string.
+    """
+    visible = after_think(response)
+    if visible is None:
+        return ""
+    blocks = fenced_blocks(visible)
+    sql_blocks = [block.code for block in blocks if block.info in SQL_FENCE_LABELS]
+    unlabeled = [block.code for block in blocks if not block.info]
     if sql_blocks:
         text = sql_blocks[-1]
     elif unlabeled:  # a ```python or ```text block is not the answer
         text = unlabeled[-1]
     else:
-        answers = ANSWER.findall(response)
-        text = answers[-1] if answers else response
+        answers = ANSWER.findall(visible)
+        text = answers[-1] if answers else visible
     return last_statement(text.strip())
 
 

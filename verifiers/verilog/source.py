@@ -12,7 +12,9 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-FENCE = re.compile(r"```[ \t]*([A-Za-z0-9_+-]*)[^\n]*\n(.*?)```", re.DOTALL)
+from proctor.verifiers.code.extract import fenced_blocks
+from proctor.verifiers.text.extract import after_think
+
 VERILOG_TAGS = frozenset({"verilog", "systemverilog", "sv", "v", "vlog"})
 MODULE_WORD = re.compile(r"\b(?:module|macromodule|endmodule)\b")
 
@@ -94,15 +96,20 @@ def code_tokens(tokens: Iterable[Token]) -> list[Token]:
 
 def extract_verilog(response: str) -> tuple[str, str]:
     """The candidate's source and how it was found: the last verilog/systemverilog fenced block, else the
-    last untagged block holding a module, else every module...endmodule span of the text."""
-    blocks = [(tag.lower(), body) for tag, body in FENCE.findall(response)]
-    tagged = [body for tag, body in blocks if tag in VERILOG_TAGS]
+    last untagged block holding a module, else every module...endmodule span of the text.
+
+    Only what follows the last </think> counts; an unterminated <think> is no answer ("none")."""
+    visible = after_think(response)
+    if visible is None:
+        return "", "none"
+    blocks = fenced_blocks(visible)
+    tagged = [block.code for block in blocks if block.info in VERILOG_TAGS]
     if tagged:
         return tagged[-1], "fenced_verilog"
-    plain = [body for tag, body in blocks if not tag and module_spans(body)]
+    plain = [block.code for block in blocks if not block.info and module_spans(block.code)]
     if plain:
         return plain[-1], "fenced_untagged"
-    spans = module_spans(response)
+    spans = module_spans(visible)
     if spans:
         return "\n\n".join(spans) + "\n", "modules"
     return "", "none"

@@ -352,7 +352,11 @@ def reference_info(reference: VerilogReference, options: VerilogOptions) -> Refe
         files["harness.sv"] = HARNESS_MODULE
         roots = [*testbench_roots(reference.testbench), "proctor_harness"]
         commands += sim_commands("tb", ["tb.sv", "ref.v", "refcopy.v", "harness.sv"], roots, secret, options)
-    result = run_job(files, commands, fetch=("ref.json",))
+    token = _budget.set(None)  # the reference's own runs are not the candidate's time
+    try:
+        result = run_job(files, commands, fetch=("ref.json",))
+    finally:
+        _budget.reset(token)
     design = fetched(result, "ref.json")
     if design is None:
         raise ReferenceFailure(
