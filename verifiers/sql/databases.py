@@ -15,11 +15,11 @@ import shutil
 import stat
 import tempfile
 import threading
-from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from proctor.cache import LRUCache
 from proctor.io import dataset_roots
 from proctor.settings import get_settings
 from proctor.verifiers.sql.compare import GoldResult, Result, decode_row
@@ -179,8 +179,8 @@ class GoldCache:
     """Gold results by (database content hash, gold query, comparator shape): in memory and on disk."""
 
     def __init__(self) -> None:
-        self.memory: OrderedDict[str, GoldResult] = OrderedDict()
-        self.lock = threading.Lock()
+        self.memory: LRUCache[GoldResult] = LRUCache(MEMORY_CACHE)
+        self.lock = threading.Lock()  # guards the counters
         self.hits = 0
         self.misses = 0
 
@@ -191,27 +191,21 @@ class GoldCache:
 
     def get(self, key: str) -> GoldResult | None:
         """A cached gold result, from memory or disk."""
-        with self.lock:
-            found = self.memory.get(key)
-            if found is not None:
-                self.memory.move_to_end(key)
-                self.hits += 1
-                return found
-        path = cache_root() / "gold" / f"{key}.json"
-        try:
-            found = GoldResult.from_json(json.loads(path.read_text()))
-        except (OSError, ValueError, KeyError, TypeError):
-            with self.lock:
-                self.misses += 1
-            return None
-        self._remember(key, found)
-        with self.lock:
-            self.hits += 1
+        found = self.memory.get(key)
+        if found is None:
+            path = cache_root() / "gold" / f"{key}.json"
+            try:
+                found = GoldResult.from_json(json.loads(path.read_text()))
+            except (OSError, ValueError, KeyError, TypeError):
+                self._count(hit=False)
+                return None
+            self.memory.put(key, found)
+        self._count(hit=True)
         return found
 
     def put(self, key: str, gold: GoldResult, persist: bool = True) -> None:
         """Store a gold result in memory and, when persist (immutable SQLite files), atomically on disk."""
-        self._remember(key, gold)
+        self.memory.put(key, gold)
         if not persist:
             return
         folder = cache_root() / "gold"
@@ -222,17 +216,16 @@ class GoldCache:
         except (OSError, TypeError, ValueError):
             tmp.unlink(missing_ok=True)  # a value JSON cannot hold: memory only
 
-    def _remember(self, key: str, gold: GoldResult) -> None:
+    def _count(self, hit: bool) -> None:
         with self.lock:
-            self.memory[key] = gold
-            self.memory.move_to_end(key)
-            while len(self.memory) > MEMORY_CACHE:
-                self.memory.popitem(last=False)
+            if hit:
+                self.hits += 1
+            else:
+                self.misses += 1
 
     def clear_memory(self) -> None:
         """Forget the in-memory entries (the disk cache stays)."""
-        with self.lock:
-            self.memory.clear()
+        self.memory.clear()
 
 
 gold_cache = GoldCache()

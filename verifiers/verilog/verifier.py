@@ -32,14 +32,13 @@ import base64
 import hashlib
 import json
 import re
-import threading
-from collections import OrderedDict
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from proctor.cache import LRUCache
 from proctor.contract import Status, Verdict
 from proctor.registry import BaseOptions, Example, VerifierSpec, register_verifier
 from proctor.sandboxes.job import Command, CommandResult, File, Job, Limits, Result
@@ -321,8 +320,7 @@ class ReferenceInfo:
     testbench_samples: int | None = None
 
 
-_references: OrderedDict[str, ReferenceInfo] = OrderedDict()
-_reference_lock = threading.Lock()
+_references: LRUCache[ReferenceInfo] = LRUCache(CACHE_SIZE)
 
 
 def reference_key(reference: VerilogReference, options: VerilogOptions) -> str:
@@ -335,10 +333,9 @@ def reference_info(reference: VerilogReference, options: VerilogOptions) -> Refe
     """Ports, state and testbench sample count of the reference (cached per process); ReferenceFailure when it
     does not build or does not pass its own testbench against itself."""
     key = reference_key(reference, options)
-    with _reference_lock:
-        if key in _references:
-            _references.move_to_end(key)
-            return _references[key]
+    cached = _references.get(key)
+    if cached is not None:
+        return cached
     names = declared_modules(tokenize(reference.reference_module))
     syn = synthesis_view(reference.reference_module)
     files = {"ref.v": reference.reference_module, "ref_syn.v": syn}
@@ -377,10 +374,7 @@ def reference_info(reference: VerilogReference, options: VerilogOptions) -> Refe
                 f"samples: {outcome.samples}, timeout: {outcome.timeout})"
             )
         info.testbench_samples = outcome.samples
-    with _reference_lock:
-        _references[key] = info
-        while len(_references) > CACHE_SIZE:
-            _references.popitem(last=False)
+    _references.put(key, info)
     return info
 
 
