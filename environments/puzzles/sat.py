@@ -81,8 +81,8 @@ def _variable_masks(n: int) -> tuple[int, ...]:
     return tuple(masks)
 
 
-def count_solutions(n: int, clauses: list[list[int]]) -> int:
-    """How many of the 2^n assignments satisfy every clause, by exhaustive bit-parallel search."""
+def _satisfying_mask(n: int, clauses: list[list[int]]) -> int:
+    """One bit per assignment (x1 is the lowest bit of its index), set when the assignment satisfies every clause."""
     masks = _variable_masks(n)
     ones = (1 << (1 << n)) - 1
     alive = ones
@@ -93,8 +93,13 @@ def count_solutions(n: int, clauses: list[list[int]]) -> int:
             satisfied |= mask if lit > 0 else ones ^ mask
         alive &= satisfied
         if not alive:
-            return 0
-    return alive.bit_count()
+            break
+    return alive
+
+
+def count_solutions(n: int, clauses: list[list[int]]) -> int:
+    """How many of the 2^n assignments satisfy every clause, by exhaustive bit-parallel search."""
+    return _satisfying_mask(n, clauses).bit_count()
 
 
 def satisfies(clauses: list[list[int]], values: dict[int, bool]) -> bool:
@@ -144,15 +149,7 @@ def format_assignment(values: dict[int, bool]) -> str:
 
 def find_solution(n: int, clauses: list[list[int]]) -> dict[int, bool] | None:
     """The first satisfying assignment in counting order (x1 is the lowest bit), or None."""
-    masks = _variable_masks(n)
-    ones = (1 << (1 << n)) - 1
-    alive = ones
-    for clause in clauses:
-        satisfied = 0
-        for lit in clause:
-            mask = masks[abs(lit) - 1]
-            satisfied |= mask if lit > 0 else ones ^ mask
-        alive &= satisfied
+    alive = _satisfying_mask(n, clauses)
     if not alive:
         return None
     first = (alive & -alive).bit_length() - 1
