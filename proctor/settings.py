@@ -12,6 +12,14 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from proctor.policy import FailurePolicy
 
 
+def _half_host_memory_mb() -> int:
+    """Half of this machine's physical memory, in MiB: the default ceiling for one sandboxed job."""
+    try:
+        return max(64, os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // (2 * 1024 * 1024))
+    except (AttributeError, ValueError, OSError):  # not POSIX
+        return 4096
+
+
 def _default_pool_workers() -> int:
     """One worker per core this process may run on."""
     try:
@@ -67,6 +75,28 @@ class Settings(BaseSettings):
         64, ge=0, description="Sandbox jobs allowed to wait; beyond this, 429 (verl sends up to 64 at once)."
     )
 
+    # Operator maxima: any limit a request asks for above these is a 422 naming the field.
+    sandbox_max_memory_mb: int = Field(
+        default_factory=_half_host_memory_mb,
+        ge=32,
+        description="Largest memory limit one sandboxed program may ask for (default: half the host's memory).",
+    )
+    sandbox_max_cpu_s: float = Field(
+        60.0, gt=0, description="Largest CPU-time limit one sandboxed program may ask for, in seconds."
+    )
+    sandbox_max_files: int = Field(
+        10_000,
+        ge=16,
+        description="Files and folders one sandboxed job may create; past this the program's verdict is "
+        "output_limit (nsjail and docker; the local backend cannot bound it).",
+    )
+    sandbox_max_disk_mb: int = Field(
+        256,
+        ge=1,
+        description="Bytes (MiB) of files one sandboxed job may write; past this the program's verdict is "
+        "output_limit (nsjail and docker; the local backend cannot bound it).",
+    )
+
     # SQL verifier
     sql_databases: str = Field(
         "",
@@ -92,6 +122,12 @@ class Settings(BaseSettings):
     judge_api_key: str | None = Field(
         None, description="Bearer key for the judge endpoint, when it needs one."
     )
+    judge_allowed_urls: str = Field(
+        "",
+        description="Comma-separated base URLs a request may name as its judge `base_url` (exact match after "
+        "normalising a trailing slash); empty: requests may not choose a judge URL. A configured "
+        "PROCTOR_JUDGE_API_KEY is sent only to PROCTOR_JUDGE_BASE_URL, never to a request's URL.",
+    )
     judge_concurrency: int = Field(16, ge=1, description="Judge calls in flight at once per process.")
     judge_timeout_s: float = Field(60.0, gt=0, description="Time limit of one judge call.")
     judge_retry_budget_s: float = Field(
@@ -108,6 +144,11 @@ class Settings(BaseSettings):
     )
     embeddings_model: str = Field("", description="Embeddings model name sent with each request.")
     embeddings_api_key: str | None = Field(None, description="Bearer key for the embeddings endpoint.")
+    embeddings_allowed_urls: str = Field(
+        "",
+        description="Comma-separated base URLs a request may name as its embeddings `base_url`; empty: requests "
+        "may not choose one. PROCTOR_EMBEDDINGS_API_KEY is sent only to PROCTOR_EMBEDDINGS_BASE_URL.",
+    )
 
     # Result cache
     cache_size: int = Field(
