@@ -13,7 +13,7 @@ from starlette.responses import Response
 
 from proctor.api.admission import Overloaded
 from proctor.api.rendering import json_response
-from proctor.contract import ErrorBody, RequestError
+from proctor.contract import MAX_NESTING, ErrorBody, RequestError
 from proctor.policy import ScoringFailed
 from proctor.pool import PoolClosed, PoolFull
 
@@ -73,6 +73,26 @@ def _common_prefix(paths: list[tuple[Any, ...]]) -> tuple[Any, ...]:
     return tuple(prefix)
 
 
+def body_parse_error(exc: HTTPException) -> str | None:
+    """The message for a JSON body FastAPI could not parse for a reason other than its syntax, else None.
+
+    FastAPI parses bodies with the standard json module and turns anything but a syntax error into a bare
+    400 ("There was an error parsing the body"): bytes that are not UTF-8, and JSON nested deeper than the
+    parser's recursion limit (about 1,000 levels; the C parser raises RecursionError, never overflows the
+    stack). Both are the client's malformed body, answered 422 like a syntax error.
+    """
+    cause = exc.__cause__
+    if exc.status_code != 400 or cause is None:
+        return None
+    if isinstance(cause, RecursionError):
+        return f"invalid JSON body: nested too deeply (data may nest at most {MAX_NESTING} levels)"
+    if isinstance(cause, UnicodeDecodeError):
+        return f"invalid JSON body: not UTF-8 text ({cause.reason} at byte {cause.start})"
+    if isinstance(cause, ValueError):
+        return f"invalid JSON body: {cause}"
+    return None
+
+
 def install_error_handlers(app: FastAPI, retry_after_s: int, on_rejected: Any = None) -> None:
     """Register the handlers that give every error the one JSON shape (4xx for anything a client sends)."""
     retry = {"Retry-After": str(retry_after_s)}
@@ -100,6 +120,9 @@ def install_error_handlers(app: FastAPI, retry_after_s: int, on_rejected: Any = 
 
     @app.exception_handler(HTTPException)
     async def http_error(request: Request, exc: HTTPException) -> Response:
+        unparsable = body_parse_error(exc)
+        if unparsable is not None:
+            return error_response(422, unparsable)
         message = exc.detail if isinstance(exc.detail, str) else str(exc.detail)
         return error_response(exc.status_code, message, None, dict(exc.headers or {}))
 

@@ -63,6 +63,8 @@ def _json_or_text(text: str) -> Any:
         return json.loads(text)
     except json.JSONDecodeError:
         return text
+    except RecursionError:  # deeper than the JSON parser goes; the engine allows far less (MAX_NESTING)
+        raise CliError("--reference: JSON nested too deeply") from None
 
 
 def cmd_score(args: argparse.Namespace) -> int:
@@ -78,6 +80,8 @@ def cmd_score(args: argparse.Namespace) -> int:
             options = json.loads(args.options)
         except json.JSONDecodeError as exc:
             raise CliError(f"--options is not valid JSON: {exc.msg} at column {exc.colno}") from None
+        except RecursionError:
+            raise CliError("--options: JSON nested too deeply") from None
     reference = _json_or_text(args.reference)
     request = {"verifier": args.verifier, "response": response, "reference": reference, "options": options}
     if args.id is not None:
@@ -447,6 +451,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("proctor: interrupted", file=sys.stderr)
         return 130
+    except RecursionError:  # input JSON deeper than the parser goes (a JSONL line, a --config value)
+        print("proctor: input data is nested too deeply to read", file=sys.stderr)
+        return 2
     except BrokenPipeError:  # `proctor verifiers | head`: stop quietly, and keep exit-time flushes quiet too
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0

@@ -5,9 +5,15 @@ from __future__ import annotations
 from enum import Enum
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationError
 
-RequestId = str | int | None
+RequestId = str | StrictInt | None
+"""A request's id: a string or an integer (never a bool or a float), echoed back in its Score."""
+
+MAX_NESTING = 200
+"""How deep lists and objects may nest in a request's reference, options or chat response (the value itself is
+level 1). Deeper data is a 422 naming the field: recursive code further on (pydantic, JSON encoders) would
+otherwise fail on it as a server error or a masked verifier_error."""
 
 
 class Status(str, Enum):
@@ -135,6 +141,39 @@ class RequestError(Exception):
     def body(self) -> ErrorBody:
         """The JSON error body for this failure."""
         return ErrorBody(status=self.status, message=self.message, field=self.field)
+
+
+def nested_deeper_than(value: Any, limit: int) -> bool:
+    """Whether lists, tuples and dicts nest more than `limit` levels deep in value (value itself is level 1).
+
+    Iterative and linear in the size of the value, so a 100,000-deep value costs no Python stack. A container
+    met again (shared, or a cycle in data built in code) is walked again only from a deeper level, so a cycle
+    stops once it passes the limit.
+    """
+    if not isinstance(value, (dict, list, tuple)):
+        return False
+    deepest: dict[int, int] = {}
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        container, depth = stack.pop()
+        if depth > limit:
+            return True
+        if deepest.get(id(container), 0) >= depth:
+            continue
+        deepest[id(container)] = depth
+        children = container.values() if isinstance(container, dict) else container
+        for child in children:
+            if isinstance(child, (dict, list, tuple)):
+                stack.append((child, depth + 1))
+    return False
+
+
+def check_nesting(value: Any, field: str, limit: int = MAX_NESTING) -> None:
+    """Raise RequestError(422) naming `field` when value nests lists and objects more than `limit` deep."""
+    if nested_deeper_than(value, limit):
+        raise RequestError(
+            422, f"invalid {field}: lists and objects nested more than {limit} levels deep", field=field
+        )
 
 
 _BUILTIN_TAGS = frozenset({"str", "int", "float", "bool", "dict", "list", "none", "tuple", "bytes"})

@@ -21,6 +21,7 @@ from pydantic import ValidationError
 
 from proctor.cache import LRUCache, NullCache, ResultCache, cache_key
 from proctor.contract import (
+    MAX_NESTING,
     ErrorBody,
     ItemError,
     RequestError,
@@ -28,6 +29,7 @@ from proctor.contract import (
     ScoreRequest,
     Status,
     Verdict,
+    check_nesting,
     request_error_from,
     response_text,
 )
@@ -75,9 +77,26 @@ def parse_request(request: ScoreRequest | dict[str, Any]) -> ScoreRequest:
         raise request_error_from(exc) from None
 
 
+def check_request_nesting(request: ScoreRequest | dict[str, Any]) -> None:
+    """422 naming the field when a reference, options or chat response nests deeper than MAX_NESTING.
+
+    Runs before any pydantic validation: pydantic and the JSON encoders behind the cache key are recursive,
+    and fail on deep data with errors that would become a 500 or a masked verifier_error.
+    """
+    if isinstance(request, ScoreRequest):
+        values = {"reference": request.reference, "options": request.options, "response": request.response}
+    elif isinstance(request, dict):
+        values = {name: request.get(name) for name in ("reference", "options", "response")}
+    else:
+        return
+    for name, value in values.items():
+        check_nesting(value, name, MAX_NESTING)
+
+
 def prepare(request: ScoreRequest | dict[str, Any]) -> Prepared:
     """Look the verifier up and validate reference and options; raises RequestError (404 or 422)."""
     started = time.perf_counter()
+    check_request_nesting(request)
     parsed = parse_request(request)
     spec = get_verifier(parsed.verifier)
     reference = spec.parse_reference(parsed.reference)

@@ -193,6 +193,52 @@ def test_unknown_route_and_method_use_the_error_shape(live_server: str) -> None:
     assert_error(httpx.get(f"{live_server}/v1/score", timeout=30), 405)
 
 
+def deep_call_reference(depth: int) -> dict:
+    """A code `call` case whose argument nests `depth` lists (the reference itself adds 5 levels)."""
+    argument: object = 1
+    for _ in range(depth):
+        argument = [argument]
+    case = {"args": [argument], "expected": 1}
+    return {"language": "python", "tests": {"format": "call", "entry_point": "f", "cases": [case]}}
+
+
+DEEP_CODE = "```python\ndef f(x):\n    return 1\n```"
+
+
+def test_reference_and_options_nested_past_200_levels_are_422(live_server: str) -> None:
+    # 255 levels used to crash request preparation (HTTP 500); 220-254 became a masked verifier_error.
+    for depth in (196, 230, 255, 900):
+        body = {"verifier": "code", "response": DEEP_CODE, "reference": deep_call_reference(depth)}
+        error = assert_error(post(live_server, "/v1/score", body), 422, "reference")
+        assert "more than 200 levels" in error["message"]
+    options = {
+        "verifier": "text.match",
+        "response": "x",
+        "reference": "x",
+        "options": {"a": deep_call_reference(250)},
+    }
+    assert_error(post(live_server, "/v1/score", options), 422, "options")
+
+
+def test_json_body_nested_past_the_parser_limit_is_422(live_server: str) -> None:
+    for depth in (100_000, 5_000):
+        body = (
+            b'{"verifier": "text.match", "response": "x", "reference": ' + b"[" * depth + b"]" * depth + b"}"
+        )
+        for path in ("/v1/score", "/v1/score/batch", "/compat/slime", "/run_code", "/v1/graders/run"):
+            response = httpx.post(
+                f"{live_server}{path}", content=body, headers={"content-type": "application/json"}, timeout=30
+            )
+            assert "nested too deeply" in assert_error(response, 422)["message"], path
+    not_utf8 = httpx.post(
+        f"{live_server}/v1/score",
+        content=b'{"verifier": "\xff"}',
+        headers={"content-type": "application/json"},
+        timeout=30,
+    )
+    assert "UTF-8" in assert_error(not_utf8, 422)["message"]
+
+
 # -- batches -----------------------------------------------------------------------------------------
 
 
@@ -213,6 +259,20 @@ def test_batch_keeps_order_and_isolates_bad_items(live_server: str) -> None:
     assert results[2]["error"] == {**results[2]["error"], "status": 422, "field": "reference"}
     assert results[3]["status"] == "ok" and results[3]["reward"] == 0.0
     assert results[4]["status"] == "ok" and results[4]["reward"] == 1.0
+
+
+def test_deeply_nested_item_fails_only_its_batch_slot(live_server: str) -> None:
+    items = [
+        {"verifier": "text.match", "response": "Answer: 1", "reference": "1", "id": 0},
+        {"verifier": "code", "response": DEEP_CODE, "reference": deep_call_reference(255), "id": 1},
+        {"verifier": "text.match", "response": "Answer: 2", "reference": "2", "id": 2},
+    ]
+    response = post(live_server, "/v1/score/batch", {"items": items})
+    assert response.status_code == 200, response.text
+    results = response.json()["results"]
+    assert results[1]["id"] == 1 and results[1]["error"]["status"] == 422
+    assert results[1]["error"]["field"] == "reference"
+    assert [results[0]["reward"], results[2]["reward"]] == [1.0, 1.0]
 
 
 def test_large_batch_comes_back_in_order(live_server: str) -> None:

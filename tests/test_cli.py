@@ -93,6 +93,18 @@ def test_score_bad_requests_are_one_line_and_exit_2():
     assert usage.returncode == 2 and "Traceback" not in usage.stderr
 
 
+def test_score_rejects_deeply_nested_reference_and_options_in_one_line():
+    for depth in (255, 50_000):  # 100 kB: one argument may hold at most 128 kB
+        deep = "[" * depth + "]" * depth
+        reference = run_cli("score", "--verifier", "text.match", "--response", "a", "--reference", deep)
+        assert reference.returncode == 2 and "reference" in one_error_line(reference)
+        options = run_cli(
+            "score", "--verifier", "text.match", "--response", "a", "--reference", "a", "--options",
+            '{"x": ' + deep + "}",
+        )  # fmt: skip
+        assert options.returncode == 2 and "options" in one_error_line(options)
+
+
 def test_verifiers_table_and_json():
     table = run_cli("verifiers")
     assert table.returncode == 0, table.stderr

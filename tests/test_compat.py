@@ -150,6 +150,22 @@ def test_deeply_nested_label_is_a_plain_answer_not_a_500(live_server: str) -> No
     assert slime.status_code == 200 and slime.json() == 0.0, slime.text
 
 
+def test_label_reference_nested_past_200_levels_is_a_422(live_server: str) -> None:
+    # A label object with a 255-deep reference used to be a 500 for the whole OpenRLHF batch.
+    argument: object = 1
+    for _ in range(255):
+        argument = [argument]
+    cases = [{"args": [argument], "expected": 1}]
+    reference = {"language": "python", "tests": {"format": "call", "entry_point": "f", "cases": cases}}
+    label = {"verifier": "code", "reference": reference}
+    for labels in ([label], [json.dumps(label)]):
+        body = {"query": ["a", "b"], "prompts": ["", ""], "labels": ["a", *labels]}
+        error = error_of(post(live_server, OPENRLHF, body), 422)
+        assert error["field"] == "labels.1.reference" and "200 levels" in error["message"]
+    slime = error_of(post(live_server, SLIME, {"response": "x", "label": label}), 422)
+    assert slime["field"] == "label.reference"
+
+
 def test_openrlhf_label_with_bad_structured_fields_names_them(live_server: str) -> None:
     # A label object that names its verifier is taken as such even when a value is malformed: a 422 naming
     # the field, never a silent fallback to scoring the whole label as a plain answer.

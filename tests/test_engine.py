@@ -5,13 +5,15 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
+from typing import Any
 
 import pytest
 from pydantic import BaseModel, ConfigDict
 
 import proctor
 from proctor.cache import LRUCache, cache_key
-from proctor.contract import ItemError, RequestError, Score, Status, Verdict
+from proctor.contract import MAX_NESTING, ItemError, RequestError, Score, Status, Verdict, nested_deeper_than
 from proctor.engine import Engine
 from proctor.registry import BaseOptions, VerifierSpec, register_verifier
 from proctor.settings import Settings
@@ -48,6 +50,23 @@ register_verifier(
         options=_Opts,
         execution="inline",
         description="Test-only inline verifier.",
+    )
+)
+
+
+class _AnyOpts(BaseOptions):
+    data: Any = None
+
+
+register_verifier(
+    VerifierSpec(
+        name="test.anything",
+        version="1",
+        score=lambda response, reference, options: Verdict.right(),
+        reference=Any,
+        options=_AnyOpts,
+        execution="inline",
+        description="Test-only inline verifier that takes any reference and any options.data.",
     )
 )
 
@@ -294,3 +313,84 @@ def test_plugins_named_in_settings_reach_the_pool_workers(tmp_path):
     out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120, env=env)
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["ok", "True"]
+
+
+# -- deeply nested data ------------------------------------------------------------------------------
+
+
+def nest(depth: int, leaf: Any = 1) -> Any:
+    """A value of `depth` nested lists around leaf (nest(1) == [1])."""
+    value = leaf
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
+def deep_requests(depth: int) -> dict[str, dict[str, Any]]:
+    """One request per field, each nesting `depth` levels deep in that field (the field's value is level 1)."""
+    return {
+        "reference": {"verifier": "test.anything", "response": "x", "reference": nest(depth)},
+        "options": {"verifier": "test.anything", "response": "x", "options": {"data": nest(depth - 1)}},
+        "response": {
+            "verifier": "test.anything",
+            "response": [{"role": "assistant", "content": "x", "extra": nest(depth - 2)}],
+        },
+    }
+
+
+def test_data_nested_up_to_the_limit_is_scored(engine):
+    assert MAX_NESTING == 200
+    for request in deep_requests(MAX_NESTING).values():
+        score = engine.score(request)
+        assert (score.status, score.reward) == (Status.ok, 1.0)
+
+
+@pytest.mark.parametrize("depth", [MAX_NESTING + 1, 220, 254, 255, 1_000, 100_000])
+def test_data_nested_past_the_limit_is_422_naming_the_field(engine, depth):
+    # Before the limit, 220-254 levels failed inside pydantic's serializer and 255+ as "circular reference".
+    for field, request in deep_requests(depth).items():
+        with pytest.raises(RequestError) as info:
+            engine.score(request)
+        assert (info.value.status, info.value.field) == (422, field)
+        assert f"more than {MAX_NESTING} levels" in info.value.message
+
+
+def test_deep_item_fails_only_its_batch_slot(engine):
+    deep = {**deep_requests(255)["reference"], "id": "deep"}
+    results = engine.score_batch([req("ok", id=0), deep, req("ok", id=2)])
+    assert isinstance(results[1], ItemError)
+    assert (results[1].id, results[1].error.status, results[1].error.field) == ("deep", 422, "reference")
+    assert [r.reward for r in (results[0], results[2])] == [1.0, 1.0]
+
+
+def test_in_process_score_checks_nesting_too():
+    with pytest.raises(RequestError) as info:
+        proctor.score("test.anything", "x", nest(300))
+    assert (info.value.status, info.value.field) == (422, "reference")
+    with pytest.raises(RequestError) as info:
+        proctor.score("test.anything", "x", None, {"data": {"a": nest(300)}})
+    assert (info.value.status, info.value.field) == (422, "options")
+
+
+def test_nesting_check_is_iterative_linear_and_ends_on_shared_or_cyclic_data():
+    started = time.perf_counter()
+    assert nested_deeper_than(nest(1_000_000), MAX_NESTING)  # far past any recursion limit
+    wide = [[[i] for i in range(200_000)]]
+    assert not nested_deeper_than(wide, MAX_NESTING)
+    shared: Any = [1]
+    for _ in range(100):  # 2**100 paths through 100 shared lists
+        shared = [shared, shared]
+    assert not nested_deeper_than(shared, MAX_NESTING)
+    cycle: list[Any] = []
+    cycle.append(cycle)
+    assert nested_deeper_than(cycle, MAX_NESTING)
+    assert not nested_deeper_than(nest(MAX_NESTING), MAX_NESTING)
+    assert nested_deeper_than({"a": nest(MAX_NESTING)}, MAX_NESTING)
+    assert time.perf_counter() - started < 10  # generous: the machine is shared
+
+
+@pytest.mark.parametrize("bad_id", [False, True, 1.5])
+def test_request_id_is_a_string_or_an_integer(engine, bad_id):
+    with pytest.raises(RequestError) as info:
+        engine.score(req("ok", id=bad_id))
+    assert (info.value.status, info.value.field) == (422, "id")
