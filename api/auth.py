@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import hmac
 
+from starlette.responses import Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from proctor.api.rendering import dump_json
 
 OPEN_PATHS = frozenset({"/healthz"})
+"""Paths answered without the token (for load balancers); /healthz?detail=true checks it in its route."""
 
 
 def token_matches(authorization: bytes | None, token: str) -> bool:
@@ -19,6 +21,25 @@ def token_matches(authorization: bytes | None, token: str) -> bool:
     if scheme.lower() != b"bearer":
         return False
     return hmac.compare_digest(credentials.strip(), token.encode("utf-8"))
+
+
+def unauthorized_body(header_sent: bool) -> bytes:
+    """The 401 error JSON: the token is missing, or it is not the right one."""
+    message = "invalid bearer token" if header_sent else "missing bearer token"
+    return dump_json({"error": {"status": 401, "message": message, "field": "Authorization"}})
+
+
+CHALLENGE = 'Bearer realm="proctor"'
+
+
+def unauthorized(header_sent: bool) -> Response:
+    """A 401 response in the service's error shape, with the bearer challenge."""
+    return Response(
+        unauthorized_body(header_sent),
+        status_code=401,
+        media_type="application/json",
+        headers={"WWW-Authenticate": CHALLENGE},
+    )
 
 
 class BearerAuthMiddleware:
@@ -38,8 +59,7 @@ class BearerAuthMiddleware:
         if token_matches(header, self.token):
             await self.app(scope, receive, send)
             return
-        message = "missing bearer token" if header is None else "invalid bearer token"
-        body = dump_json({"error": {"status": 401, "message": message, "field": "Authorization"}})
+        body = unauthorized_body(header is not None)
         await send(
             {
                 "type": "http.response.start",
@@ -47,7 +67,7 @@ class BearerAuthMiddleware:
                 "headers": [
                     (b"content-type", b"application/json"),
                     (b"content-length", str(len(body)).encode()),
-                    (b"www-authenticate", b'Bearer realm="proctor"'),
+                    (b"www-authenticate", CHALLENGE.encode()),
                 ],
             }
         )

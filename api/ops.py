@@ -1,14 +1,15 @@
-"""Operational routes: /healthz (open even with a token) and /metrics (Prometheus text)."""
+"""Operational routes: /healthz (open even with a token, except its detail) and /metrics (Prometheus text)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from fastapi import APIRouter, Depends, Query
+from fastapi import APIRouter, Depends, Query, Request
 from pydantic import BaseModel, Field
 from starlette.responses import Response
 
 import proctor
+from proctor.api.auth import token_matches, unauthorized
 from proctor.api.rendering import json_response
 from proctor.api.responses import Health, error_responses
 from proctor.api.state import ServiceState, get_state
@@ -34,12 +35,27 @@ class ServiceHealth(Health):
     sandbox: SandboxHealth
 
 
-@router.get("/healthz", response_model=ServiceHealth, summary="Health and limits")
+@router.get(
+    "/healthz",
+    response_model=ServiceHealth,
+    responses=error_responses(401),
+    summary="Health and limits",
+)
 async def healthz(
-    detail: bool = Query(False, description="Also run (once, then cached) the sandbox toolchain report."),
+    request: Request,
+    detail: bool = Query(
+        False,
+        description="Also run (once, then cached) the sandbox toolchain report. Needs the bearer token when "
+        "PROCTOR_TOKEN is set (plain /healthz stays open for load balancers).",
+    ),
     state: ServiceState = Depends(get_state),
 ) -> Response:
     """Status, version, verifier count, pool stats (null before the pool starts), request limits, sandbox health."""
+    token = state.settings.token
+    header = request.headers.get("authorization")
+    if detail and token and not token_matches(None if header is None else header.encode("latin-1"), token):
+        # The report runs every toolchain once (costly) and tells what is installed: not for anonymous callers.
+        return unauthorized(header is not None)
     engine = state.engine
     doctor = await state.doctor_report() if detail else state.doctor_cached
     health = ServiceHealth(

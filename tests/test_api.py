@@ -494,6 +494,27 @@ def test_token_is_required_everywhere_but_healthz(start_server: Callable[..., st
     assert scored.status_code == 200 and scored.json()["reward"] == 1.0
 
 
+def test_healthz_detail_needs_the_token_when_one_is_set(start_server: Callable[..., str]) -> None:
+    base = start_server(PROCTOR_TOKEN="s3cret")
+    for params in ({}, {"detail": "false"}, {"detail": "0"}):
+        plain = httpx.get(f"{base}/healthz", params=params, timeout=30)
+        assert (
+            plain.status_code == 200 and plain.json()["sandbox"]["doctor"] is None
+        )  # open for load balancers
+    for value in ("true", "1", "yes", "on", "True"):
+        missing = httpx.get(f"{base}/healthz", params={"detail": value}, timeout=30)
+        assert_error(missing, 401, "Authorization")
+        assert missing.headers["www-authenticate"].startswith("Bearer")
+    wrong = httpx.get(
+        f"{base}/healthz", params={"detail": "true"}, headers={"Authorization": "Bearer nope"}, timeout=30
+    )
+    assert "invalid" in assert_error(wrong, 401, "Authorization")["message"]
+    detailed = httpx.get(
+        f"{base}/healthz", params={"detail": "true"}, headers={"Authorization": "Bearer s3cret"}, timeout=120
+    )
+    assert detailed.status_code == 200 and detailed.json()["sandbox"]["doctor"] is not None
+
+
 def run_module(env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     """Run `python -m proctor.api` to completion (it must exit by itself)."""
     return subprocess.run(
