@@ -503,20 +503,25 @@ class WarmPython:
         names: Sequence[str],
         on_call: CallHandler,
         *,
+        setup: str | None = None,
         stdin: str = "",
         limits: Limits | None = None,
     ) -> ScriptResult:
         """Run a test script (an assert script from the task, untrusted too) as `__main__` in a child, with
         each of `names` a proxy: calling it sends the plain-data arguments out, `on_call(name, args, kwargs)`
         answers (typically another WarmPython's `call`, the candidate's sandbox), and the proxy returns the
-        plain value or raises CandidateFailed. Needs stdio mode; the loaded program itself is not run.
+        plain value or raises CandidateFailed. `setup` (the reference's trusted helpers) runs in the script's
+        globals first. Only `names` are bound: pass the names the script may take from the candidate, never
+        all of the candidate's (its `abs` would replace the script's). Needs stdio mode; the loaded program
+        itself is not run. A script that dies on an undefined name ends with exit status
+        `warm_server.MISSING_NAME`.
 
         The script's own CPU time and wall clock are limited by `limits`; time spent in calls is not its own.
         """
         if self.mode != "stdio":
             raise ValueError("run_script() needs mode='stdio'")
         calls: list[tuple[str, CallResult]] = []
-        request = {"op": "script", "script": script, "names": list(names), "stdin": stdin}
+        request = {"op": "script", "script": script, "names": list(names), "setup": setup, "stdin": stdin}
         _, result = self._request(request, limits or self.limits, "script", on_call, calls)
         failed = next(((n, c) for n, c in calls if not (c.returned and c.plain)), None)
         return ScriptResult(

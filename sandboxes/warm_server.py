@@ -19,9 +19,12 @@ program (`argv`, `env`) with the test's stdin: compiled languages get the same o
 mode, a fork+exec per test instead of a fresh jail per test. The server still runs no candidate code.
 
 A `script` request (either mode; meant for a server loaded with an empty program) runs a test script as
-`__main__` in a child whose globals hold a proxy for each candidate name: a call writes a `{"call": name,
-"args", "kwargs"}` frame straight to the protocol and reads the host's `{"value"}` or `{"failed"}` answer, so
-the script (untrusted too) and the candidate live in separate sandboxes and meet only through plain data.
+`__main__` in a child whose globals hold a proxy for each name the host sends (the entry point and the names
+the reference lists, never the rest of the candidate's), then the request's trusted `setup` code, then the
+script: a call writes a `{"call": name, "args", "kwargs"}` frame straight to the protocol and reads the host's
+`{"value"}` or `{"failed"}` answer, so the script (untrusted too) and the candidate live in separate
+sandboxes and meet only through plain data. A script that dies on an undefined name ends with status
+MISSING_NAME and a last stderr line naming it.
 
 Per test the parent measures the child's CPU time (whole tree where it can), enforces the CPU limit, the
 wall-clock backstop and the stdout cap, and after the test kills everything the child left behind: as the
@@ -56,6 +59,7 @@ TICK_S = 0.005
 IS_INIT = os.getpid() == 1
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 MAX_DEPTH = 200
+MISSING_NAME = 113  # a test script's exit status when it died on a name that nothing defined
 
 
 # -- plain data ----------------------------------------------------------------------------------------
@@ -284,14 +288,29 @@ def child_script(request, proto_in, proto_out):
     module.__file__ = "test.py"
     module.__builtins__ = __builtins__
     sys.modules["__main__"] = module
+    # Only the names the host sends (the entry point and the reference's own list), never every name the
+    # candidate defines: a candidate's `abs` must not replace the builtin the script's asserts use.
     for name in request.get("names", []):
         setattr(module, name, proxy(name))
     module.CandidateFailed = CandidateFailed
-    run_then_finish(
-        lambda: exec(
-            compile(request.get("script", ""), "test.py", "exec", dont_inherit=True), module.__dict__
-        )
-    )
+
+    def body():
+        try:
+            setup = request.get("setup")
+            if setup:  # trusted code of the reference's (helpers, imports), in the script's globals
+                exec(compile(setup, "setup.py", "exec", dont_inherit=True), module.__dict__)
+            exec(compile(request.get("script", ""), "test.py", "exec", dont_inherit=True), module.__dict__)
+        except NameError as exc:
+            # A name nobody defined (not UnboundLocalError, which a script's own flow can cause): the host
+            # decides whether that is the reference's fault.
+            if type(exc) is not NameError or not getattr(exc, "name", None):
+                raise
+            print_error(exc)
+            with contextlib.suppress(BaseException):
+                sys.stderr.write(f"proctor: the test script's name {exc.name!r} is not defined\n")
+            finish(MISSING_NAME)
+
+    run_then_finish(body)
 
 
 # -- the parent: run one test --------------------------------------------------------------------------

@@ -306,7 +306,12 @@ def check(candidate):
 def test_assert_script_calls_the_candidate_and_its_helpers_through_proxies(language: str):
     reference = {
         "language": language,
-        "tests": {"format": "assert_script", "entry_point": "scale", "script": SCRIPT},
+        "tests": {
+            "format": "assert_script",
+            "entry_point": "scale",
+            "script": SCRIPT,
+            "candidate_names": ["shout", "mean"],
+        },
     }
     good = score(fence(PROGRAMS[language], language), reference)
     assert (good.status, good.reward, good.reason) == (Status.ok, 1.0, None), good.details

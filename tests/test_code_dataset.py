@@ -29,7 +29,7 @@ REFERENCE_KEYS = {"language", "tests", "limits", "reference_solution"}
 FORMAT_KEYS = {
     "stdio": ({"format", "cases"}, {"compare", "checker"}),
     "call": ({"format", "entry_point", "cases"}, {"method_of"}),
-    "assert_script": ({"format", "entry_point", "script"}, set()),
+    "assert_script": ({"format", "entry_point", "script"}, {"setup", "candidate_names"}),
 }
 COMPARES = {"tokens", "lines", "exact", "float"}
 MIN_PROBLEMS = 30
@@ -233,8 +233,15 @@ def assert_script_passes(row: dict[str, Any], response: str) -> tuple[bool, str]
     reference = row["reference"]
     tests = reference["tests"]
     _, code = code_of(response)
+    # As the verifier does: the script sees the entry point, the reference's candidate_names and its own setup,
+    # never every name of the solution (`from solution import *` would let a solution's `abs` replace the
+    # builtin the asserts use).
+    names = [tests["entry_point"], *tests.get("candidate_names", [])]
     main = (
-        "import solution\nfrom solution import *\n\n"
+        "import solution\n"
+        + "".join(f"{name} = getattr(solution, {name!r})\n" for name in names)
+        + (tests.get("setup") or "")
+        + "\n"
         + tests["script"]
         + "\nif callable(globals().get('check')):\n"
         + f"    check(getattr(solution, {tests['entry_point']!r}))\n"

@@ -122,11 +122,16 @@ def test_assert_script_humaneval_style_with_a_helper():
     script = (
         "def check(candidate):\n"
         "    assert candidate([1, 2, 3], 2) == 17\n"  # 1 + 2*2 + 3*4
-        "    assert poly([1, 1], 3) == 4\n"  # the script calls the candidate's helper too
+        "    assert poly([1, 1], 3) == 4\n"  # the script calls the candidate's helper too, which the reference lists
     )
     reference = {
         "language": "python",
-        "tests": {"format": "assert_script", "entry_point": "evaluate", "script": script},
+        "tests": {
+            "format": "assert_script",
+            "entry_point": "evaluate",
+            "script": script,
+            "candidate_names": ["poly"],
+        },
     }
     right = "def poly(xs, x):\n    return sum(c * x**i for i, c in enumerate(xs))\n\ndef evaluate(xs, x):\n    return poly(xs, x)"
     good = score(fence(right), reference)

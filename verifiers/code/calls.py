@@ -51,6 +51,7 @@ class HarnessProgram:
         method_of: str | None = None,
         limits: Limits | None = None,
         backend: Backend | str | None = None,
+        extra_names: Sequence[str] = (),
     ):
         self.language = get_language(language).name
         if self.language not in HARNESS_LANGUAGES:
@@ -58,6 +59,9 @@ class HarnessProgram:
         self.code = code
         self.entry_point = entry_point
         self.method_of = method_of
+        # Functions besides the entry point the caller will call (an assert script's candidate_names); in
+        # JavaScript, where no signature is parsed, they join the harness's table even if no pattern found them.
+        self.extra_names = list(extra_names)
         self.limits = limits or Limits()
         self.backend = backend
         self.signatures: dict[str, Signature] = {}
@@ -81,7 +85,14 @@ class HarnessProgram:
         if self.language == "javascript":
             found = harness.js_names(self.code)
             self.names = list(
-                dict.fromkeys([self.entry_point, *([self.method_of] if self.method_of else []), *found])
+                dict.fromkeys(
+                    [
+                        self.entry_point,
+                        *([self.method_of] if self.method_of else []),
+                        *self.extra_names,
+                        *found,
+                    ]
+                )
             )
             return harness.js_program(self.code, self.names)
         main = signature.entry(self.language, self.code, self.entry_point, self.method_of)

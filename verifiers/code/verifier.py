@@ -40,6 +40,7 @@ every test within the deadline (a deterministic rule, unlike a wall-clock budget
 from __future__ import annotations
 
 import ast
+import builtins
 import hashlib
 import json
 import re
@@ -49,14 +50,25 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, ValidationInfo, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Discriminator,
+    Field,
+    Tag,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from proctor.contract import Status, Verdict
 from proctor.registry import BaseOptions, Example, VerifierSpec, register_verifier
+from proctor.sandboxes import warm_server
 from proctor.sandboxes.job import CommandResult, Limits
 from proctor.sandboxes.job import Verdict as RunVerdict
 from proctor.sandboxes.languages import NotCompiled, Submission, get_language, resolve_backend
 from proctor.sandboxes.warm import CallResult, WarmPython
+from proctor.settings import get_settings
 from proctor.verifiers.code.calls import TYPED, HarnessProgram
 from proctor.verifiers.code.compare import COMPARATORS, CompareName, compare_output, compare_values
 from proctor.verifiers.code.extract import extract_code
@@ -88,6 +100,128 @@ def _parses(source: str, what: str) -> ast.Module:
         return ast.parse(source)
     except (SyntaxError, ValueError, RecursionError, MemoryError) as exc:
         raise ValueError(f"the {what} is not valid Python: {type(exc).__name__}: {exc}") from None
+
+
+# -- names an assert script sees ----------------------------------------------------------------------------
+
+BUILTIN_NAMES = frozenset(dir(builtins))
+# Globals every script module has (warm_server's child_script), and what the server itself binds there.
+MODULE_NAMES = frozenset(
+    {
+        "__name__",
+        "__file__",
+        "__doc__",
+        "__builtins__",
+        "__spec__",
+        "__loader__",
+        "__package__",
+        "__annotations__",
+    }
+)
+RESERVED_NAMES = frozenset({"CandidateFailed"})
+# A script that uses one of these (or a star import) may bind names no parse can see: its names are not
+# checked before it runs (a missing one is still caught when it runs).
+_DYNAMIC = frozenset({"exec", "eval", "globals", "vars", "locals", "setattr", "__import__", "__builtins__"})
+_SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
+_LOCAL_SCOPES = (ast.Lambda, ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)
+
+
+@dataclass(frozen=True)
+class ScriptNames:
+    """What an assert script (with its setup) binds and uses, from its syntax tree alone."""
+
+    defined: frozenset[str]  # bound in the module's own scope: the names a candidate's must never replace
+    bound: frozenset[str]  # bound in any scope (parameters and locals included)
+    loaded: frozenset[str]  # read in any scope
+    dynamic: bool  # a star import, exec, globals() ...: names can be bound that the tree does not show
+
+    def missing(self, provided: list[str]) -> list[str]:
+        """Names the script reads that nobody binds: not the script, its setup, the builtins or `provided`."""
+        if self.dynamic:
+            return []
+        known = self.bound | BUILTIN_NAMES | MODULE_NAMES | RESERVED_NAMES | set(provided)
+        return sorted(self.loaded - known)
+
+
+def _binds(node: ast.AST) -> list[str]:
+    """The names one node binds in the scope it belongs to (not the names of a nested scope)."""
+    if isinstance(node, ast.Name) and isinstance(node.ctx, (ast.Store, ast.Del)):
+        return [node.id]
+    if isinstance(node, _SCOPES):
+        return [node.name]
+    if isinstance(node, (ast.Import, ast.ImportFrom)):
+        return [a.asname or a.name.split(".")[0] for a in node.names if a.name != "*"]
+    if isinstance(node, ast.ExceptHandler) and node.name:
+        return [node.name]
+    if isinstance(node, (ast.MatchAs, ast.MatchStar)) and node.name:
+        return [node.name]
+    if isinstance(node, ast.MatchMapping) and node.rest:
+        return [node.rest]
+    if isinstance(node, (ast.Global, ast.Nonlocal)):
+        return list(node.names)
+    if isinstance(node, ast.arg):
+        return [node.arg]
+    return []
+
+
+def _module_scope(tree: ast.Module) -> set[str]:
+    """Names bound in the module's own scope: its statements (not inside functions, classes, lambdas or
+    comprehensions, but a walrus there and a `global` anywhere count)."""
+    names: set[str] = set()
+    stack: list[ast.AST] = list(tree.body)
+    while stack:
+        node = stack.pop()
+        if isinstance(node, (*_SCOPES, *_LOCAL_SCOPES)):
+            if isinstance(node, _SCOPES):
+                names.add(node.name)
+                # Decorators, defaults and bases are evaluated in the module's scope.
+                outer = [*node.decorator_list, *getattr(node, "bases", []), *getattr(node, "keywords", [])]
+                if not isinstance(node, ast.ClassDef):
+                    outer += [*node.args.defaults, *[d for d in node.args.kw_defaults if d is not None]]
+                stack.extend(outer)
+            for inner in ast.walk(node):
+                if isinstance(inner, ast.Global):
+                    names.update(inner.names)
+                elif isinstance(node, _LOCAL_SCOPES[1:]) and isinstance(inner, ast.NamedExpr):
+                    names.update(_binds(inner.target))
+            continue
+        if not isinstance(node, ast.arg):
+            names.update(_binds(node))
+        stack.extend(ast.iter_child_nodes(node))
+    return names
+
+
+_script_names_cache: OrderedDict[tuple[str, str], ScriptNames] = OrderedDict()
+
+
+def script_names(tests: AssertScriptTests) -> ScriptNames:
+    """What the script and its setup bind and read (cached: the validator and the judge both ask)."""
+    key = (tests.script, tests.setup or "")
+    found = _script_names_cache.get(key)
+    if found is not None:
+        return found
+    defined: set[str] = set()
+    bound: set[str] = set()
+    loaded: set[str] = set()
+    dynamic = False
+    for source in (tests.setup, tests.script):
+        if not source:
+            continue
+        tree = ast.parse(source)
+        defined |= _module_scope(tree)
+        for node in ast.walk(tree):
+            bound.update(_binds(node))
+            if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load):
+                loaded.add(node.id)
+                dynamic = dynamic or node.id in _DYNAMIC
+            elif isinstance(node, (ast.Import, ast.ImportFrom)):
+                dynamic = dynamic or any(a.name in ("*", "builtins") for a in node.names)
+                dynamic = dynamic or (isinstance(node, ast.ImportFrom) and node.module == "builtins")
+    found = ScriptNames(frozenset(defined), frozenset(bound), frozenset(loaded), dynamic)
+    _script_names_cache[key] = found
+    while len(_script_names_cache) > 64:
+        _script_names_cache.popitem(last=False)
+    return found
 
 
 class StdioCase(BaseModel):
@@ -153,19 +287,72 @@ class CallTests(BaseModel):
 
 class AssertScriptTests(BaseModel):
     """A HumanEval/MBPP test script that calls the candidate and asserts (a `check(candidate)` it defines and
-    never calls is called with the entry point)."""
+    never calls is called with the entry point).
+
+    The script sees only the candidate's `entry_point`, the names in `candidate_names`, what `setup` defines
+    and the builtins: never the rest of the candidate's top-level names, so a candidate's `def abs(x)` (or
+    `set`, `sorted`, a helper such as HumanEval's `poly`) cannot replace a name of the judge's own asserts."""
 
     model_config = ConfigDict(extra="forbid")
 
     format: Literal["assert_script"]
     entry_point: Identifier
     script: str = Field(min_length=1, max_length=10 * MIB)
+    setup: str | None = Field(
+        None,
+        min_length=1,
+        max_length=10 * MIB,
+        description="Trusted Python code the reference supplies, run in the test script's globals before the "
+        "script: the helpers and imports the script uses (HumanEval's `poly`, `import math`). A helper the "
+        "script calls belongs here, never taken from the candidate.",
+    )
+    candidate_names: list[Identifier] = Field(
+        default_factory=list,
+        max_length=100,
+        description="Candidate functions the script calls by name besides entry_point (for example a helper "
+        "the task asks for). A name that is a builtin, or that the script or setup defines or imports, is "
+        "refused (422): it would let the candidate replace the judge's own name.",
+    )
 
     @field_validator("script")
     @classmethod
     def _script_parses(cls, value: str) -> str:
         _parses(value, "script")
         return value
+
+    @field_validator("setup")
+    @classmethod
+    def _setup_parses(cls, value: str | None) -> str | None:
+        if value is not None:
+            _parses(value, "setup")
+        return value
+
+    @model_validator(mode="after")
+    def _names_do_not_shadow(self) -> AssertScriptTests:
+        defined = script_names(self).defined
+        if self.entry_point in RESERVED_NAMES:
+            raise ValueError(f"tests.entry_point: {self.entry_point!r} is reserved for the judge")
+        if self.entry_point in defined:
+            raise ValueError(
+                f"tests.entry_point: the script or setup itself defines or imports {self.entry_point!r}, so the "
+                "candidate would never be called"
+            )
+        for index, name in enumerate(self.candidate_names):
+            if name in BUILTIN_NAMES or name in RESERVED_NAMES:
+                raise ValueError(
+                    f"tests.candidate_names[{index}]: {name!r} is a builtin; a candidate's {name} must never "
+                    "replace the script's"
+                )
+            if name in defined:
+                raise ValueError(
+                    f"tests.candidate_names[{index}]: the script or setup defines or imports {name!r}; a "
+                    "candidate's must never replace it"
+                )
+        return self
+
+    def bound_names(self) -> list[str]:
+        """The candidate's names the script sees: the entry point and `candidate_names`."""
+        return list(dict.fromkeys([self.entry_point, *self.candidate_names]))
 
 
 def _format_of(value: Any) -> str | None:
@@ -195,6 +382,26 @@ class CodeLimits(BaseModel):
         None, gt=0, le=MAX_CPU_S, description=f"CPU seconds per test ({DEFAULT_CPU_S})."
     )
     memory_mb: int | None = Field(None, ge=32, le=8192, description=f"Memory per test ({DEFAULT_MEMORY_MB}).")
+
+    @field_validator("cpu_s")
+    @classmethod
+    def _cpu_within_operator_maximum(cls, value: float | None) -> float | None:
+        most = get_settings().sandbox_max_cpu_s
+        if value is not None and value > most:
+            raise ValueError(
+                f"{value:g} s is above this server's maximum of {most:g} s (PROCTOR_SANDBOX_MAX_CPU_S)"
+            )
+        return value
+
+    @field_validator("memory_mb")
+    @classmethod
+    def _memory_within_operator_maximum(cls, value: int | None) -> int | None:
+        most = get_settings().sandbox_max_memory_mb
+        if value is not None and value > most:
+            raise ValueError(
+                f"{value} MB is above this server's maximum of {most} MB (PROCTOR_SANDBOX_MAX_MEMORY_MB)"
+            )
+        return value
 
 
 class CodeReference(BaseModel):
@@ -473,9 +680,16 @@ class Judge:
 
     # -- call ----------------------------------------------------------------------------------------
 
-    def _load(self, code: str, run: Outcome, entry_point: str, method_of: str | None = None) -> Any:
+    def _load(
+        self,
+        code: str,
+        run: Outcome,
+        entry_point: str,
+        method_of: str | None = None,
+        extra_names: list[str] | None = None,
+    ) -> Any:
         """The candidate loaded for calls: a WarmPython (Python) or a HarnessProgram (the others); None when
-        it did not load (run says why)."""
+        it did not load (run says why). `extra_names`: functions besides the entry point that will be called."""
         if self.reference.language == "python":
             program: Any = WarmPython(
                 code, mode="call", limits=self.limits, backend=self.backend, max_restarts=MAX_RESTARTS
@@ -488,6 +702,7 @@ class Judge:
                 method_of=method_of,
                 limits=self.limits,
                 backend=self.backend,
+                extra_names=extra_names or (),
             )
         outcome = program.start()
         if outcome.status == "sandbox_error":
@@ -544,11 +759,17 @@ class Judge:
     # -- assert script -------------------------------------------------------------------------------
 
     def _script(self, code: str, tests: AssertScriptTests) -> Outcome:
+        # The script sees the candidate's entry point and the names the reference lists, nothing else of the
+        # candidate's: a candidate's `abs`, `set` or `poly` never replaces a name of the judge's asserts.
+        names = tests.bound_names()
+        found = script_names(tests)
+        missing = found.missing(names)
+        if missing:
+            raise CheckerFailure(_missing_message(missing))
         run = Outcome(compiled=False, total=1)
-        program = self._load(code, run, tests.entry_point)
+        program = self._load(code, run, tests.entry_point, extra_names=names)
         if program is None:
             return run
-        names = candidate_names(code) if isinstance(program, WarmPython) else program.names
         script = with_check_call(tests.script, tests.entry_point)
         cpu = [0.0]
         limits = self.limits_for(0)  # the script is one test; each call into the candidate gets its limit
@@ -561,8 +782,13 @@ class Judge:
         with program, WarmPython("", mode="stdio", limits=SCRIPT_LIMITS, backend=self.backend) as tester:
             if not tester.start().ok:
                 raise SandboxFailure("the test script's sandbox did not start")
-            outcome = tester.run_script(script, names, on_call, limits=SCRIPT_LIMITS)
+            outcome = tester.run_script(script, names, on_call, setup=tests.setup, limits=SCRIPT_LIMITS)
         result = outcome.result
+        unknown = missing_name(result)
+        if unknown is not None and unknown not in found.bound:
+            # A name nobody binds anywhere (the static check cannot see through a star import or exec, and
+            # the sandbox's builtins may differ): the reference's fault, whatever the candidate returned.
+            raise CheckerFailure(_missing_message([unknown]))
         if outcome.failed_call is not None:
             called = outcome.failed_call
             judged = self._judge_call(called, None)
@@ -583,14 +809,24 @@ class Judge:
         return run
 
 
-def candidate_names(code: str) -> list[str]:
-    """The candidate's top-level functions and classes (each becomes a proxy in the test script's sandbox)."""
-    try:
-        tree = ast.parse(code)
-    except (SyntaxError, ValueError, RecursionError, MemoryError):
-        return []
-    kinds = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
-    return list(dict.fromkeys(node.name for node in tree.body if isinstance(node, kinds)))
+_MISSING_LINE = re.compile(r"^proctor: the test script's name '([A-Za-z_][A-Za-z0-9_]*)' is not defined$")
+
+
+def missing_name(result: CommandResult) -> str | None:
+    """The name a test script died on for want of a binding (warm_server's MISSING_NAME status), else None."""
+    if result.verdict is not RunVerdict.runtime_error or result.exit_code != warm_server.MISSING_NAME:
+        return None
+    lines = result.stderr.rstrip().splitlines()
+    found = _MISSING_LINE.match(lines[-1]) if lines else None
+    return found.group(1) if found else None
+
+
+def _missing_message(names: list[str]) -> str:
+    listed = ", ".join(names[:20])
+    return (
+        f"the test script uses {listed}, which nothing provides: the script sees only the candidate's "
+        "entry_point and tests.candidate_names; put the helpers and imports it needs in tests.setup"
+    )
 
 
 def with_check_call(script: str, entry_point: str) -> str:
