@@ -7,12 +7,14 @@ Pipeline, every tool run in the sandbox (no network, CPU and memory limits, a fr
    the preprocessed tokens (force/release, hierarchical references, $root, bind, system tasks outside an
    allow-list, file I/O), prefix every module it declares (`proctor_c_`) so nothing can clash with `tb`,
    `RefModule` or `stimulus_gen`, elaborate it alone with iverilog (in the same job as the preprocessing),
-   and compare its ports as iverilog compiled them (names, directions, widths) with the reference's as yosys
-   read them;
+   and compare its ports as iverilog compiled them (names, directions, widths) with the reference's, read the
+   same way;
 3. run the checks (`testbench`, `random`, `formal`), stopping at the first that fails:
    - testbench: the reference's testbench with every literal `$display` prefixed by a per-run secret that
      only a plusarg carries (harness.py); the verdict is the authenticated `Mismatches: N in M samples` line,
-     and M must equal the count the reference alone produces (measured once per reference and cached);
+     and M must equal the count the reference alone produces (measured once per reference and cached, under
+     the reference's own CPU budget); where the testbench's own `TIMEOUT` ends the reference's run too, the
+     candidate is compared up to it;
    - random: a generated lockstep testbench (RefModule and the candidate on the same random stimulus, resets
      in both polarities, asserted at and between clock edges), seeded from a hash of the reference and
      options unless `seed` is given, its sample count known in advance;
@@ -23,7 +25,9 @@ Pipeline, every tool run in the sandbox (no network, CPU and memory limits, a fr
 Reasons: compile_error, interface_mismatch, forbidden_construct, mismatch, not_equivalent, time_limit (and
 memory_limit/output_limit when the simulation ran out of memory or printed past the cap). A sandbox failure
 is status sandbox_error; a reference that does not build or does not pass its own testbench is
-verifier_error (bad_reference): never a reward of 0.
+verifier_error (bad_reference), and one whose own testbench run passes its CPU budget (REFERENCE_SIM_CPU_S)
+is status timeout (reference_time_limit): never a reward of 0. Only the checks asked for touch the
+reference: yosys reads it for `formal` alone, its testbench runs for `testbench` alone.
 """
 
 from __future__ import annotations
@@ -44,6 +48,7 @@ from proctor.registry import BaseOptions, Example, VerifierSpec, register_verifi
 from proctor.sandboxes.job import Command, CommandResult, File, Job, Limits, Result
 from proctor.sandboxes.job import Verdict as RunVerdict
 from proctor.sandboxes.languages import resolve_backend
+from proctor.settings import get_settings
 from proctor.verifiers.verilog import formal
 from proctor.verifiers.verilog.harness import (
     HARNESS_MODULE,
@@ -58,7 +63,6 @@ from proctor.verifiers.verilog.harness import (
     is_sequential,
     new_secret,
     plan_random,
-    ports_from_json,
     read_output,
     testbench_hints,
 )
@@ -95,6 +99,14 @@ DEADLINE_S = 90.0
 CPU_SHARE = 0.8
 CPU_RESERVE_S = 2.0
 MIN_RUN_S = 0.5
+# The reference's own runs (its elaboration, its testbench against itself, yosys for formal) have their own
+# limits, never the request's options or budget: a VerilogEval testbench of 200,000 samples takes about
+# 0.6 CPU s here, so 30 s leaves room for testbenches 50 times heavier. Measured once per problem and cached.
+REFERENCE_SIM_CPU_S = 30.0
+REFERENCE_MEMORY_MB = 2048
+# A candidate's testbench run gets at least this multiple of what the reference's own run took (plus 1 s):
+# the same testbench simulates the reference next to it, so a correct design needs about as much.
+CANDIDATE_SLACK = 1.5
 
 
 class VerilogReference(BaseModel):
@@ -159,12 +171,45 @@ class VerilogOptions(BaseOptions):
         None, ge=0, lt=2**31, description="Random-check seed (default: a hash of reference and options)."
     )
     random_cycles: int = Field(200, ge=1, le=20_000, description="Cycles (or steps) of the random check.")
-    sim_cpu_s: float = Field(10.0, gt=0, le=120, description="CPU seconds for each simulation run.")
+    sim_cpu_s: float = Field(
+        10.0,
+        gt=0,
+        le=120,
+        description="CPU seconds for each simulation run of the candidate (the testbench run gets at least "
+        "1.5 times what the reference's own run took, plus 1 s); at most the operator's "
+        "PROCTOR_SANDBOX_MAX_CPU_S.",
+    )
     formal_depth: int = Field(
         80, ge=1, le=2000, description="Frames of bounded search for a counterexample (two per clock cycle)."
     )
-    formal_cpu_s: float = Field(20.0, gt=0, le=300, description="CPU seconds for the formal check.")
-    memory_mb: int = Field(1024, ge=64, le=8192, description="Memory for each tool run.")
+    formal_cpu_s: float = Field(
+        20.0,
+        gt=0,
+        le=300,
+        description="CPU seconds for the formal check; at most the operator's PROCTOR_SANDBOX_MAX_CPU_S.",
+    )
+    memory_mb: int = Field(
+        1024,
+        ge=64,
+        le=8192,
+        description="Memory for each tool run; at most the operator's PROCTOR_SANDBOX_MAX_MEMORY_MB.",
+    )
+
+    @field_validator("sim_cpu_s", "formal_cpu_s")
+    @classmethod
+    def _within_cpu_maximum(cls, value: float) -> float:
+        most = get_settings().sandbox_max_cpu_s
+        if value > most:
+            raise ValueError(f"at most {most:g} CPU seconds (the operator's PROCTOR_SANDBOX_MAX_CPU_S)")
+        return value
+
+    @field_validator("memory_mb")
+    @classmethod
+    def _within_memory_maximum(cls, value: int) -> int:
+        most = get_settings().sandbox_max_memory_mb
+        if value > most:
+            raise ValueError(f"at most {most} MB (the operator's PROCTOR_SANDBOX_MAX_MEMORY_MB)")
+        return value
 
 
 class SandboxFailure(Exception):
@@ -173,6 +218,10 @@ class SandboxFailure(Exception):
 
 class ReferenceFailure(Exception):
     """The reference (module or testbench) does not build or does not pass: a verifier_error."""
+
+
+class ReferenceTimeout(Exception):
+    """The reference's own testbench run passed its CPU budget: the score is a timeout, never a reward."""
 
 
 class OutOfTime(Exception):
@@ -288,15 +337,14 @@ def ports_from_vvp(compiled: str, module: str) -> list[Port]:
     return ports
 
 
-def sim_commands(name: str, files: list[str], roots: list[str], secret: str, options: VerilogOptions) -> list:
+def sim_commands(
+    name: str, files: list[str], roots: list[str], secret: str, compile_limits: Limits, run_limits: Limits
+) -> list:
     """Compile (iverilog -g2012) and run (vvp, dumping off) one simulation."""
     tops = [arg for root in roots for arg in ("-s", root)]
     compile_argv = [IVERILOG, "-g2012", "-o", f"{name}.vvp", *tops, *files]
     run_argv = [VVP, "-n", f"{name}.vvp", "-none", f"+{SECRET_ARG}={secret}"]
-    return [
-        (f"{name}_compile", compile_argv, tool_limits(20.0, options, 1)),
-        (f"{name}_run", run_argv, tool_limits(options.sim_cpu_s, options, 8)),
-    ]
+    return [(f"{name}_compile", compile_argv, compile_limits), (f"{name}_run", run_argv, run_limits)]
 
 
 def testbench_roots(testbench: str) -> list[str]:
@@ -307,73 +355,135 @@ def testbench_roots(testbench: str) -> list[str]:
     return [name for name in declared if uses.count(name) == 1] or declared[-1:]
 
 
-# -- the reference, once per process ---------------------------------------------------------------------
+# -- the reference, once per problem --------------------------------------------------------------------
 
 
 @dataclass
 class ReferenceInfo:
-    """What the reference gives every candidate: its ports, whether it holds state, its testbench count."""
+    """What the reference gives every candidate, measured on it alone (each part only when a check needs it).
+
+    - ports: from iverilog's elaboration (as the candidate's are), always;
+    - testbench_*: the reference's run of its own testbench (`testbench` check): the sample count, whether the
+      testbench's own `TIMEOUT` ended it (then a candidate must end there too), and the CPU it took;
+    - sequential/gold: yosys' reading of the reference (`formal` check only: yosys refuses some designs
+      iverilog simulates, such as a latch inferred in `always_comb`).
+    """
 
     ports: list[Port]
-    sequential: bool
-    gold: str  # synthesis view, modules prefixed for formal
+    sequential: bool | None = None
+    gold: str | None = None  # synthesis view, modules prefixed for formal
     testbench_samples: int | None = None
+    testbench_timeout: bool = False
+    testbench_cpu_s: float = 0.0
+    overrun: str | None = None  # the reference's own run passed its CPU budget (a timeout, cached)
 
 
 _references: LRUCache[ReferenceInfo] = LRUCache(CACHE_SIZE)
 
 
-def reference_key(reference: VerilogReference, options: VerilogOptions) -> str:
-    """A cache key for what is measured on the reference alone."""
-    payload = json.dumps([reference.model_dump(mode="json"), options.memory_mb, options.sim_cpu_s])
+def reference_key(reference: VerilogReference, options: VerilogOptions | None = None) -> str:
+    """A cache key for what is measured on the reference alone: the problem only (the reference's runs have
+    their own limits, never the request's options)."""
+    payload = json.dumps(["v2", reference.model_dump(mode="json")])
     return hashlib.sha256(payload.encode()).hexdigest()
 
 
-def reference_info(reference: VerilogReference, options: VerilogOptions) -> ReferenceInfo:
-    """Ports, state and testbench sample count of the reference (cached per process); ReferenceFailure when it
-    does not build or does not pass its own testbench against itself."""
-    key = reference_key(reference, options)
-    cached = _references.get(key)
-    if cached is not None:
-        return cached
+def reference_limits(cpu_s: float, output_mb: int = 4) -> Limits:
+    """Limits of one of the reference's own tool runs: its own budget, within the operator's maxima."""
+    settings = get_settings()
+    return TOOL_LIMITS.model_copy(
+        update={
+            "cpu_s": min(cpu_s, settings.sandbox_max_cpu_s),
+            "memory_mb": min(REFERENCE_MEMORY_MB, settings.sandbox_max_memory_mb),
+            "output_bytes": output_mb * MIB,
+        }
+    )
+
+
+def reference_info(
+    reference: VerilogReference, options: VerilogOptions | None = None, checks: list[str] | None = None
+) -> ReferenceInfo:
+    """The reference's ports, and what the asked checks need of it (default: every check it supports),
+    cached per process. ReferenceFailure when it does not build or does not pass its own testbench,
+    ReferenceTimeout when its own run passes its CPU budget (REFERENCE_SIM_CPU_S, not the request's)."""
+    wanted = set(checks) if checks is not None else {"testbench", "formal"}
+    need_tb = "testbench" in wanted and reference.testbench is not None
+    need_yosys = "formal" in wanted
+    key = reference_key(reference)
+    info = _references.get(key)
+    if info is not None and info.overrun is not None and need_tb:
+        raise ReferenceTimeout(info.overrun)
+    need_tb = need_tb and (info is None or info.testbench_samples is None)
+    need_yosys = need_yosys and (info is None or info.gold is None)
+    if info is not None and not need_tb and not need_yosys:
+        return info
     names = declared_modules(tokenize(reference.reference_module))
     syn = synthesis_view(reference.reference_module)
-    files = {"ref.v": reference.reference_module, "ref_syn.v": syn}
-    commands = [("ref_yosys", yosys_json_argv("ref_syn.v", REF_TOP, "ref.json"), tool_limits(20.0, options))]
+    files = {"ref.v": reference.reference_module}
+    commands: list = []
+    fetch = []
+    if info is None:
+        elaborate = [IVERILOG, "-g2012", "-o", "ref.vvp", "-s", REF_TOP, "ref.v"]
+        commands.append(("ref_elaborate", elaborate, reference_limits(20.0, 1)))
+        fetch.append("ref.vvp")
+    if need_yosys:
+        files["ref_syn.v"] = syn
+        argv = yosys_json_argv("ref_syn.v", REF_TOP, "ref.json")
+        commands.append(("ref_yosys", argv, reference_limits(20.0)))
+        fetch.append("ref.json")
     secret = new_secret()
-    if reference.testbench is not None:
+    run_limits = reference_limits(REFERENCE_SIM_CPU_S, 8)
+    if need_tb:
+        assert reference.testbench is not None
         tb, _ = authenticated_testbench(reference.testbench)
         tb = rename(tb, [], "", {reference.top: REF_COPY_PREFIX + REF_TOP})
         files["tb.sv"] = tb
         files["refcopy.v"] = rename(reference.reference_module, names, REF_COPY_PREFIX)
         files["harness.sv"] = HARNESS_MODULE
         roots = [*testbench_roots(reference.testbench), "proctor_harness"]
-        commands += sim_commands("tb", ["tb.sv", "ref.v", "refcopy.v", "harness.sv"], roots, secret, options)
+        tb_files = ["tb.sv", "ref.v", "refcopy.v", "harness.sv"]
+        commands += sim_commands("tb", tb_files, roots, secret, reference_limits(20.0, 1), run_limits)
     token = _budget.set(None)  # the reference's own runs are not the candidate's time
     try:
-        result = run_job(files, commands, fetch=("ref.json",))
+        result = run_job(files, commands, fetch=tuple(fetch))
     finally:
         _budget.reset(token)
-    design = fetched(result, "ref.json")
-    if design is None:
-        raise ReferenceFailure(
-            f"yosys could not read the reference: {tool_message(command(result, 'ref_yosys'))}"
-        )
-    parsed = json.loads(design)
-    gold = rename(syn, names, GOLD_PREFIX)
-    info = ReferenceInfo(ports_from_json(parsed, REF_TOP), is_sequential(parsed), gold)
-    if reference.testbench is not None:
+    if info is None:
+        compiled = fetched(result, "ref.vvp")
+        ports = ports_from_vvp(compiled, REF_TOP) if compiled is not None else []
+        if not ports:
+            why = tool_message(command(result, "ref_elaborate"))
+            raise ReferenceFailure(f"iverilog could not elaborate the reference: {why}")
+        info = ReferenceInfo(ports)
+    if need_yosys:
+        design = fetched(result, "ref.json")
+        if design is None:
+            why = tool_message(command(result, "ref_yosys"))
+            raise ReferenceFailure(f"yosys could not read the reference (the formal check needs it): {why}")
+        parsed = json.loads(design)
+        info.sequential, info.gold = is_sequential(parsed), rename(syn, names, GOLD_PREFIX)
+    if need_tb:
         ran = command(result, "tb_run")
+        if ran is not None and ran.verdict is RunVerdict.time_limit:
+            info.overrun = (
+                f"the reference's own testbench run passed its budget of {run_limits.cpu_s:g} CPU s "
+                f"(used {ran.cpu_s:.1f} s): {ran.detail}"
+            )[:2000]
+            _references.put(key, info)
+            raise ReferenceTimeout(info.overrun)
         if ran is None or ran.verdict is not RunVerdict.ok:
             why = tool_message(ran if ran is not None else command(result, "tb_compile"))
             raise ReferenceFailure(f"the reference's testbench does not run against the reference: {why}")
         outcome = read_output(ran.stdout, secret)
-        if outcome.errors is None or outcome.errors != 0 or outcome.timeout or outcome.duplicated:
+        if outcome.errors is None or outcome.errors != 0 or outcome.duplicated:
             raise ReferenceFailure(
                 f"the reference does not pass its own testbench (mismatches: {outcome.errors}, "
-                f"samples: {outcome.samples}, timeout: {outcome.timeout})"
+                f"samples: {outcome.samples})"
             )
-        info.testbench_samples = outcome.samples
+        # A testbench whose own `TIMEOUT` comes before its stimulus ends (VerilogEval's lfsr32 and count_clock
+        # stop at 100K cycles) still compares the first part: every candidate must stop at the same place.
+        info.testbench_samples, info.testbench_timeout = outcome.samples, outcome.timeout
+        info.testbench_cpu_s = ran.cpu_s
     _references.put(key, info)
     return info
 
@@ -463,7 +573,7 @@ def gate(
     syn = synthesis_view(renamed)
     top = CAND_PREFIX + reference.top
     if not with_yosys:  # only formal needs yosys' view of the candidate (whether it holds state)
-        return Gated(renamed, syn, top, info.sequential)
+        return Gated(renamed, syn, top, bool(info.sequential))
     read = run_job(
         {"cand_syn.v": syn},
         [("yosys", yosys_json_argv("cand_syn.v", top, "cand.json"), tool_limits(20.0, options))],
@@ -474,7 +584,7 @@ def gate(
     design = fetched(read, "cand.json")
     if design is None:
         why = tool_message(command(read, "yosys")).replace(CAND_PREFIX, "")
-        return Gated(renamed, syn, top, info.sequential, yosys_error=why[-500:])
+        return Gated(renamed, syn, top, bool(info.sequential), yosys_error=why[-500:])
     parsed = json.loads(design)
     return Gated(
         renamed,
@@ -503,7 +613,12 @@ class CheckResult:
 
 
 def _sim_verdict(
-    name: str, ran: CommandResult | None, compiled: CommandResult | None, secret: str, want: int
+    name: str,
+    ran: CommandResult | None,
+    compiled: CommandResult | None,
+    secret: str,
+    want: int,
+    timeout_expected: bool = False,
 ) -> CheckResult:
     if compiled is None or compiled.verdict is not RunVerdict.ok:
         message = tool_message(compiled).replace(CAND_PREFIX, "")
@@ -514,7 +629,7 @@ def _sim_verdict(
         return CheckResult(name, False, ran.verdict.value, details={"message": ran.detail})
     outcome: SimOutcome = read_output(ran.stdout, secret)
     details: dict[str, Any] = {"samples_expected": want}
-    if outcome.timeout:
+    if outcome.timeout and not timeout_expected:
         return CheckResult(
             name, False, "time_limit", details={**details, "message": "the testbench timed out"}
         )
@@ -570,15 +685,19 @@ def simulation_job(
         tb, _ = authenticated_testbench(reference.testbench)
         files["tb.sv"] = rename(tb, [], "", {reference.top: gated.top})
         roots = [*testbench_roots(reference.testbench), "proctor_harness"]
-        commands += sim_commands("tb", ["tb.sv", "ref.v", "cand.v", "harness.sv"], roots, secret, options)
+        # at least what the reference's own run needed: the same testbench, with the candidate in its place
+        floor = CANDIDATE_SLACK * info.testbench_cpu_s + 1.0
+        run = tool_limits(max(options.sim_cpu_s, floor), options, 8)
+        tb_files = ["tb.sv", "ref.v", "cand.v", "harness.sv"]
+        commands += sim_commands("tb", tb_files, roots, secret, tool_limits(20.0, options, 1), run)
     if "random" in checks:
         plan = plan_random(info.ports, gated.top, options.random_cycles, seed_for(reference, options))
         files["random_tb.sv"] = plan.testbench
         files["stim.hex"] = plan.stimulus
         roots = ["proctor_tb", "proctor_harness"]
-        commands += sim_commands(
-            "random", ["random_tb.sv", "ref.v", "cand.v", "harness.sv"], roots, secret, options
-        )
+        random_files = ["random_tb.sv", "ref.v", "cand.v", "harness.sv"]
+        compile_limits, run = tool_limits(20.0, options, 1), tool_limits(options.sim_cpu_s, options, 8)
+        commands += sim_commands("random", random_files, roots, secret, compile_limits, run)
     return SimulationJob(files, commands, plan)
 
 
@@ -593,9 +712,13 @@ def simulate(
     out = []
     if "testbench" in checks and reference.testbench is not None:
         want = info.testbench_samples or 0
-        out.append(
-            _sim_verdict("testbench", command(result, "tb_run"), command(result, "tb_compile"), secret, want)
-        )
+        ran, compiled = command(result, "tb_run"), command(result, "tb_compile")
+        check = _sim_verdict("testbench", ran, compiled, secret, want, info.testbench_timeout)
+        if info.testbench_timeout:
+            check.details["note"] = (
+                "the testbench's own TIMEOUT ends the reference's run too: compared up to it"
+            )
+        out.append(check)
     if plan is not None:
         check = _sim_verdict(
             "random", command(result, "random_run"), command(result, "random_compile"), secret, plan.samples
@@ -620,6 +743,7 @@ def prove(info: ReferenceInfo, gated: Gated, options: VerilogOptions) -> CheckRe
             "note": "yosys could not read the candidate: " + gated.yosys_error,
         }
         return CheckResult("formal", True, details=details, formal="inconclusive")
+    assert info.gold is not None, "reference_info reads the reference with yosys when formal is asked"
     files = {"gold.v": info.gold, "gate.v": gated.syn}
     limits = tool_limits(options.formal_cpu_s, options, 8)
     sequential = info.sequential or gated.sequential
@@ -776,7 +900,7 @@ def _score(response: str, reference: VerilogReference, options: VerilogOptions) 
             reward=0.0, correct=False, reason="compile_error", components=components, details=details
         )
     try:
-        info = reference_info(reference, options)
+        info = reference_info(reference, options, checks)
         gated = gate(source, reference, info, options, with_yosys="formal" in checks)
         if isinstance(gated, Rejection):
             details.update(message=gated.message, **gated.extra)
@@ -786,7 +910,8 @@ def _score(response: str, reference: VerilogReference, options: VerilogOptions) 
                 reward=0.0, correct=False, reason=gated.reason, components=components, details=details
             )
         components["compiles"] = 1.0
-        details["sequential"] = info.sequential or gated.sequential
+        if "formal" in checks:  # known only where yosys read the designs
+            details["sequential"] = bool(info.sequential or gated.sequential)
         results = run_checks(checks, reference, info, gated, options)
     except OutOfTime as exc:
         details["message"] = f"{exc}: the candidate's tool runs took too long"
@@ -795,6 +920,8 @@ def _score(response: str, reference: VerilogReference, options: VerilogOptions) 
         return Verdict.failure(Status.sandbox_error, "sandbox_error", error=str(exc), **details)
     except ReferenceFailure as exc:
         return Verdict.failure(Status.verifier_error, "bad_reference", error=str(exc)[:2000], **details)
+    except ReferenceTimeout as exc:
+        return Verdict.failure(Status.timeout, "reference_time_limit", message=str(exc)[:2000], **details)
     return _verdict(results, components, details)
 
 
