@@ -8,6 +8,7 @@ import shutil
 import tempfile
 
 from proctor.api.metrics import MULTIPROC_ENV
+from proctor.api.protocol import HTTP_PROTOCOL
 from proctor.settings import Settings
 
 APP_FACTORY = "proctor.api.app:create_app"
@@ -59,6 +60,7 @@ def serve(settings: Settings) -> None:
         "port": settings.port,
         "log_level": settings.log_level.lower(),
         "timeout_graceful_shutdown": GRACEFUL_SHUTDOWN_S,
+        "http": HTTP_PROTOCOL,  # drops clients that never finish their headers (slowloris)
     }
     if settings.workers == 1:
         from proctor.api.app import create_app
