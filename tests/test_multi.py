@@ -195,7 +195,10 @@ def test_a_failing_component_fails_the_whole_score(engine, monkeypatch):
 
 
 def test_a_runtime_formula_error_is_a_verifier_error(engine):
-    result = engine.score(multi("<answer>x</answer>", components={"fmt": FMT}, formula="1 / (fmt - 1)"))
+    # The range check probes sample points; a formula that fails only between them (4 words) still fails there.
+    result = engine.score(
+        multi("one two three <answer>x</answer>", components={"fmt": FMT}, formula="fmt / (length - 4)")
+    )
     assert result.status is Status.verifier_error and result.reason == "formula_error"
 
 
@@ -282,3 +285,70 @@ async def test_async_verifiers_never_go_to_the_pool_and_their_exceptions_are_ver
             Status.ok,
         ]
         assert results[2].reward == 0.0 and results[3].error.status == 404
+
+
+# -- length never masks a score; formulas are checked over their variables' ranges (issue 14, item 5) ----------
+
+
+def test_float_powers_are_evaluated_and_underflow_is_a_value():
+    assert Formula("0.5 ^ (length / 100)", {"length"}).evaluate({"length": 7000.0}) == pytest.approx(0.5**70)
+    assert Formula("0.5 ** length", {"length"}).evaluate({"length": 1e7}) == 0.0  # underflow: 0, not an error
+    assert Formula("2 ^ -2000", set()).evaluate({}) == 0.0
+    assert Formula("a ^ 0.5", {"a"}).evaluate({"a": 0.25}) == 0.5
+    for text in ("2 ^ 2000", "(-8) ^ (1 / 3)", "0 ^ -1", "10 ** 10 ** 9"):
+        with pytest.raises(FormulaError):
+            Formula(text, set()).evaluate({})
+
+
+LENGTH_DECAY = {"components": {"answer": {"verifier": "text.match", "reference": "42"}}}
+
+
+@pytest.mark.parametrize(("answer", "reward"), [("41", 0.0), ("42", 0.5**70)])
+def test_a_long_response_is_scored_not_masked(engine, answer, reward):
+    response = "word " * 6_999 + f"\\boxed{{{answer}}}"  # 7,000 words
+    result = engine.score(multi(response, **LENGTH_DECAY, formula="answer * 0.5 ** (length / 100)"))
+    assert result.status is Status.ok and result.details["length"] == 7_000
+    assert result.reward == pytest.approx(reward, abs=1e-30)
+
+
+@pytest.mark.parametrize(
+    ("reference", "words"),
+    [
+        ({"formula": "answer * 2 ** length"}, "length="),  # overflows for a long enough response
+        ({"formula": "answer + 2 ** (length / 1000)"}, "length="),  # ... even this slowly
+        ({"formula": "1 / answer"}, "answer=0"),
+        ({"formula": "log(answer)"}, "answer=0"),
+        ({"formula": "answer / length"}, "length=0"),  # an empty response has 0 words
+        ({"formula": "answer * 2 ** length", "length": 5_000}, "length=5000"),
+    ],
+)
+def test_a_formula_with_no_value_somewhere_in_its_ranges_is_422(engine, reference, words):
+    with pytest.raises(RequestError) as rejected:
+        engine.score(multi("\\boxed{42}", **LENGTH_DECAY, **reference))
+    assert rejected.value.status == 422 and rejected.value.field.startswith("reference")
+    assert "over its variables' ranges" in rejected.value.message and words in rejected.value.message
+
+
+def test_a_given_length_is_checked_at_its_value_only(engine):
+    result = engine.score(
+        multi("\\boxed{42}", **LENGTH_DECAY, formula="answer * 2 ** length", length=3, range=[0, 8])
+    )
+    assert result.status is Status.ok and result.reward == 1.0
+
+
+def test_the_longest_response_is_bounded_by_the_body_limit(monkeypatch):
+    from proctor.verifiers.multi import check_ranges, max_words
+
+    monkeypatch.setenv("PROCTOR_MAX_BODY_BYTES", "2000")
+    get_settings.cache_clear()
+    try:
+        assert max_words() == 1000
+        # 2 ** 1000 is finite: with a 2,000-byte body limit no response has more than 1,000 words.
+        assert (
+            check_ranges("answer * 2 ** length / 2 ** 1000", ("answer",), None, None, None, max_words())
+            is None
+        )
+        assert check_ranges("answer * 2 ** length", ("answer",), None, None, None, 1100) is not None
+    finally:
+        monkeypatch.undo()
+        get_settings.cache_clear()

@@ -4,7 +4,13 @@ A formula is parsed with `ast.parse(mode="eval")` and accepted only if every nod
 numbers, variables that were declared, `+ - * / ** ^ %`, unary minus, comparisons, `a if c else b`,
 `and`/`or`/`not`, and calls of the functions below. `^` is a power, as in OpenAI's formulas. It is then
 evaluated by walking that tree here; no Python code is ever compiled or run. Sizes are bounded (text length,
-node count, exponents), and a result that is not a finite number is a `FormulaError`.
+node count). Powers are float powers (`math.pow`, constant time whatever the exponent): a result that
+underflows is 0, a value like any other; one that overflows, a domain error (a negative number to a fractional
+power, 0 to a negative one) or a result that is not a finite number is a `FormulaError`.
+
+`unevaluable(formula, points)` finds a point where a formula has no value; `corner_points` builds the points
+that check a formula over its variables' ranges (`multi` and the graders refuse such a formula with a 422 at
+request time instead of failing scores later).
 
 Functions: min, max, abs, floor, ceil, round, exp, log, sqrt, clip(x, lo, hi), and the length-shaping
 presets:
@@ -21,12 +27,11 @@ from __future__ import annotations
 import ast
 import math
 import operator
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 MAX_CHARS = 2_000
 MAX_NODES = 400
-MAX_EXPONENT = 64.0
 
 
 class FormulaError(ValueError):
@@ -113,7 +118,7 @@ _BINARY: dict[type, Callable[[float, float], float]] = {
     ast.Mult: operator.mul,
     ast.Div: operator.truediv,
     ast.Mod: operator.mod,
-    ast.Pow: operator.pow,
+    ast.Pow: math.pow,
 }
 _COMPARE: dict[type, Callable[[float, float], bool]] = {
     ast.Lt: operator.lt,
@@ -208,8 +213,9 @@ class Formula:
             return env[node.id]
         if isinstance(node, ast.BinOp):
             left, right = self._eval(node.left, env), self._eval(node.right, env)
-            if isinstance(node.op, ast.Pow) and (abs(right) > MAX_EXPONENT or abs(left) > 1e6):
-                raise FormulaError(f"powers are limited to exponents of at most {MAX_EXPONENT:g}")
+            if isinstance(node.op, ast.Pow):
+                # A float power: an int power could build an integer of any size (10 ** 10 ** 9).
+                return math.pow(float(left), float(right))
             return _BINARY[type(node.op)](left, right)
         if isinstance(node, ast.UnaryOp):
             operand = self._eval(node.operand, env)
@@ -235,3 +241,47 @@ class Formula:
             kwargs = {keyword.arg: self._eval(keyword.value, env) for keyword in node.keywords}
             return FUNCTIONS[node.func.id](*args, **kwargs)
         raise FormulaError(f"{type(node).__name__} is not allowed in a formula")  # unreachable after _check
+
+
+def corner_points(
+    ranges: Mapping[str, tuple[float, float]],
+    sweeps: Mapping[str, Sequence[float]] | None = None,
+    fixed: Mapping[str, float] | None = None,
+) -> Iterator[dict[str, float]]:
+    """Points that probe a formula over its variables' ranges.
+
+    The ranged variables (component rewards) all at their low, middle and high values together, and each one
+    alone at its low with the others high and at its high with the others low; crossed with every value of
+    each swept variable (a response's length from 0 to the longest possible); `fixed` variables keep their value.
+    """
+    names = list(ranges)
+    vectors: list[dict[str, float]] = [
+        {name: ranges[name][0] for name in names},
+        {name: ranges[name][1] for name in names},
+        {name: (ranges[name][0] + ranges[name][1]) / 2 for name in names},
+    ]
+    for name in names:
+        vectors.append({other: ranges[other][1] for other in names} | {name: ranges[name][0]})
+        vectors.append({other: ranges[other][0] for other in names} | {name: ranges[name][1]})
+    crossed: list[dict[str, float]] = [dict(fixed or {})]
+    for name, values in (sweeps or {}).items():
+        crossed = [point | {name: value} for point in crossed for value in values]
+    seen: set[tuple[tuple[str, float], ...]] = set()
+    for vector in vectors:
+        for extra in crossed:
+            point = vector | extra
+            key = tuple(sorted(point.items()))
+            if key not in seen:
+                seen.add(key)
+                yield point
+
+
+def unevaluable(formula: Formula, points: Iterable[dict[str, float]]) -> str | None:
+    """Why the formula has no value at the first point where it has none (naming the point), or None."""
+    for point in points:
+        try:
+            formula.evaluate(point)
+        except FormulaError as exc:
+            where = ", ".join(f"{name}={value:g}" for name, value in point.items() if name in formula.names)
+            return f"{exc} (at {where or 'any values'})"
+    return None

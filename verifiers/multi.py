@@ -31,13 +31,14 @@ it), never a partial reward computed without it.
 from __future__ import annotations
 
 import asyncio
+from functools import lru_cache
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from proctor.contract import RequestError, Status, Verdict
 from proctor.registry import BaseOptions, Example, VerifierSpec, register_verifier
-from proctor.verifiers.formula import Formula, FormulaError
+from proctor.verifiers.formula import Formula, FormulaError, corner_points, unevaluable
 
 MAX_COMPONENTS = 16
 LENGTH_VARIABLES = frozenset({"length", "max_length", "cache_length"})
@@ -114,6 +115,20 @@ class MultiReference(BaseModel):
                 Formula(self.formula, set(self.components) | defined)
             except FormulaError as exc:
                 raise ValueError(f"formula: {exc}") from None
+        expression = self.expression()
+        if expression is not None:
+            # A formula that has no value somewhere in its variables' ranges would fail scores later (a
+            # verifier_error that masks the sample, e.g. a long wrong answer): refused now, with the point.
+            problem = check_ranges(
+                expression,
+                tuple(self.components),
+                self.length,
+                self.max_length,
+                self.cache_length,
+                max_words(),
+            )
+            if problem is not None:
+                raise ValueError(f"formula cannot be evaluated over its variables' ranges: {problem}")
         return self
 
     def expression(self) -> str | None:
@@ -125,6 +140,54 @@ class MultiReference(BaseModel):
         if self.range is not None:
             return self.range
         return PRESETS[self.preset][1] if self.preset else (0.0, 1.0)
+
+
+def max_words() -> int:
+    """The most whitespace-separated words a response can have within PROCTOR_MAX_BODY_BYTES (one character
+    and one separator each): the top of `length`'s range when the reference does not give it."""
+    from proctor.settings import get_settings
+
+    return (get_settings().max_body_bytes + 1) // 2
+
+
+def length_sweep(top: int, max_length: float | None, cache_length: float | None) -> list[float]:
+    """Lengths from 0 to `top`: small ones, every 1-3-10 step, and either side of the length budget's edges."""
+    values: set[float] = {0.0, 1.0, 2.0, 3.0, 5.0, float(top)}
+    step = 10
+    while step < top:
+        values.update((float(step), float(3 * step)))
+        step *= 10
+    for edge in (
+        max_length,
+        None if max_length is None or cache_length is None else max_length - cache_length,
+    ):
+        if edge is not None:
+            values.update((edge - 1, edge, edge + 1))
+    return sorted(value for value in values if 0 <= value <= top)
+
+
+@lru_cache(maxsize=1024)
+def check_ranges(
+    expression: str,
+    components: tuple[str, ...],
+    length: float | None,
+    max_length: float | None,
+    cache_length: float | None,
+    top: int,
+) -> str | None:
+    """Why the formula has no value somewhere over its variables' ranges (naming the point), or None.
+
+    Component rewards range over [0, 1]; `length` is the reference's value when it gives one, else every
+    word count a response within the body limit can have (0 to `top`); max_length/cache_length are constants.
+    """
+    fixed = {
+        name: value
+        for name, value in (("length", length), ("max_length", max_length), ("cache_length", cache_length))
+        if value is not None
+    }
+    formula = Formula(expression, set(components) | set(fixed) | {"length"})
+    sweeps = {} if length is not None else {"length": length_sweep(top, max_length, cache_length)}
+    return unevaluable(formula, corner_points(dict.fromkeys(components, (0.0, 1.0)), sweeps, fixed))
 
 
 def _check_component(name: str, component: Component) -> None:

@@ -37,11 +37,13 @@ import os
 import re
 import resource
 import shutil
+import threading
 import weakref
 from pathlib import Path
 
 from ..cgroups import DEFAULT_ROOT, PARENT, Cgroups
-from ..job import Command, CommandResult, Job, Result, Verdict
+from ..job import Command, CommandResult, Job, Maxima, Result, Verdict
+from ..storage import Storage
 from .runner import (
     BASE_PATH,
     MB,
@@ -77,7 +79,7 @@ SYSTEM_DIRS = ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 # The runner enforces each command's CPU, backstop and hard wall limits; nsjail's own cap only ends a jail whose
 # owner died (slots are replaced after an hour idle, and no command's hard cap comes near the rest).
 JAIL_LIFETIME_S = 6 * 3600
-TMP_SIZE = 8 << 30  # nominal; the memory cgroup limits what /tmp can really hold
+TMP_SIZE = 8 << 30  # nominal, without bounded storage; the memory cgroup limits what /tmp can really hold
 STATUS = re.compile(
     r"\(\[STANDALONE MODE\]\) (?:exited with status: (\d+)|terminated with signal: \w+ \((\d+)\))"
 )
@@ -168,19 +170,43 @@ class NsjailBackend:
         cgroup_root: Path | str = DEFAULT_ROOT,
         cgroup_parent: str = PARENT,
         warm: int = 2,
+        maxima: Maxima | None = None,
     ) -> None:
         self.binary = Path(binary) if binary is not None else bundled_nsjail()
         self.cgroups = Cgroups(cgroup_root, cgroup_parent)
+        self.maxima = maxima or Maxima.from_settings()
         sweep_private_dirs()
+        # Each slot's /box and /tmp share one tmpfs of the operator's size and file count (storage.py).
+        self.storage: Storage | None = Storage(self.maxima.disk_mb, self.maxima.files)
+        bounded, self.storage_reason = self.storage.usable()
+        if not bounded:
+            log.warning("nsjail sandbox: job files are not bounded (%s)", self.storage_reason)
+            self.storage = None
         ok, why = self.cgroups.usable()
         self.cgroup_reason = why
         if not ok:
             log.warning("nsjail sandbox: cgroups unusable (%s); falling back to rlimits", why)
+        self._etc_lock = threading.Lock()
         self.etc = _private_etc()
         self._cleanup = weakref.finalize(self, shutil.rmtree, str(self.etc), True)
         self.system = _system_mounts()
         self.nice = os.getpriority(os.PRIO_PROCESS, 0)
         self.runner = Runner(self.cgroups if ok else None, self._make_slot, warm=warm)
+
+    def close(self) -> None:
+        """Discard the warm slots (their cgroups, directories and mounts) and the private /etc, as a service does
+        at shutdown; a later job makes them again."""
+        self.runner.slots.close()
+        with self._etc_lock:
+            self._cleanup()
+
+    def _etc_dir(self) -> Path:
+        """The private /etc, made again after `close`."""
+        with self._etc_lock:
+            if not self._cleanup.alive:
+                self.etc = _private_etc()
+                self._cleanup = weakref.finalize(self, shutil.rmtree, str(self.etc), True)
+            return self.etc
 
     def available(self) -> tuple[bool, str]:
         """Whether the binary is there and a trivial jail runs here."""
@@ -193,7 +219,10 @@ class NsjailBackend:
         mode = (
             self.cgroup_reason if self.runner.cgroups is not None else f"rlimits only ({self.cgroup_reason})"
         )
-        return True, f"nsjail {self.binary}; {mode}"
+        files = (
+            self.storage_reason if self.storage is not None else f"files unbounded ({self.storage_reason})"
+        )
+        return True, f"nsjail {self.binary}; {mode}; {files}"
 
     def run(self, job: Job) -> Result:
         """Run the job's commands in order, each in its own jail, all sharing one fresh /box."""
@@ -202,6 +231,7 @@ class NsjailBackend:
             self.name,
             (SANDBOX_ID, SANDBOX_ID),
             lambda workdir, command: self._one(job, workdir, command),
+            self.maxima,
         )
 
     def _one(self, job: Job, workdir: Workdir, command: Command) -> CommandResult:
@@ -228,7 +258,7 @@ class NsjailBackend:
             # Never RLIMIT_AS (it stops the JVM, Go and Node); DATA counts only memory actually made writable.
             rlimits[resource.RLIMIT_DATA] = (limits.memory_mb * MB,) * 2
         launch = Launch(argv=command.argv, env=env, cwd=BOX, rlimits=rlimits, extra_processes=1)
-        outcome = self.runner.run(launch, command, box=workdir.box)
+        outcome = self.runner.run(launch, command, box=workdir.box, keep=workdir.keep_files)
         exit_code, signum = parse_status(outcome.log)
         if outcome.kill_reason is None and exit_code is None and signum is None:
             if outcome.oom_kills:
@@ -240,7 +270,7 @@ class NsjailBackend:
                 result = sandbox_error(command.name, f"nsjail failed: {problems}", outcome.wall_s)
                 result.stderr = outcome.stderr.text()
                 return result
-        return judge(command.name, outcome, limits, exit_code, signum)
+        return judge(command.name, outcome, limits, exit_code, signum, oom_markers=command.oom_markers)
 
     def _make_slot(self) -> Slot:
         """A warm jail: nsjail started in a fresh cgroup, its shell waiting inside, /box its own directory."""
@@ -250,11 +280,18 @@ class NsjailBackend:
         try:
             slot.home = private_dir("slot")
             slot.home.mkdir(mode=0o700)
+            tmp = None
+            if self.storage is not None:
+                self.storage.mount(slot.home, (SANDBOX_ID, SANDBOX_ID))
+                slot.storage = self.storage
+                tmp = slot.home / "tmp"
+                tmp.mkdir()
+                tmp.chmod(0o1777)
             slot.box = slot.home / "box"
             slot.box.mkdir(mode=0o700)
-            for path in (slot.home, slot.box):
+            for path in (slot.home, slot.box, *([tmp] if tmp else [])):
                 os.chown(path, SANDBOX_ID, SANDBOX_ID)
-            argv = [str(self.binary), *self._flags(slot.box, slot.log_fd), "--", *SPAWNER]
+            argv = [str(self.binary), *self._flags(slot.box, slot.log_fd, tmp), "--", *SPAWNER]
             slot.send(script(argv, {"PATH": BASE_PATH}, "/"))
             slot.wait_ready()
             inside = [pid for pid in slot.group.pids() if pid != slot.proc.pid] if slot.group else []
@@ -266,8 +303,9 @@ class NsjailBackend:
             raise
         return slot
 
-    def _flags(self, box: Path, log_fd: int | None) -> list[str]:
-        """nsjail's flags for a warm jail; per-command limits are applied later (cgroup, prlimit)."""
+    def _flags(self, box: Path, log_fd: int | None, tmp: Path | None = None) -> list[str]:
+        """nsjail's flags for a warm jail; per-command limits are applied later (cgroup, prlimit). `tmp`: a host
+        directory to bind as /tmp (on the slot's bounded tmpfs), else a fresh tmpfs of nsjail's."""
         flags = [
             "-Mo",
             "--log_fd",
@@ -302,7 +340,7 @@ class NsjailBackend:
             SECCOMP_POLICY,
             *self.system,
             "-R",
-            f"{self.etc}:/etc",
+            f"{self._etc_dir()}:/etc",
             "-B",
             "/dev/null",
             "-B",
@@ -319,8 +357,7 @@ class NsjailBackend:
             "/proc/self/fd/1:/dev/stdout",
             "-s",
             "/proc/self/fd/2:/dev/stderr",
-            "-m",
-            f"none:/tmp:tmpfs:size={TMP_SIZE}",
+            *(["-B", f"{tmp}:/tmp"] if tmp is not None else ["-m", f"none:/tmp:tmpfs:size={TMP_SIZE}"]),
             "-s",
             "/tmp:/dev/shm",
             "-B",
