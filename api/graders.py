@@ -46,10 +46,10 @@ from proctor.api.state import ServiceState, get_state
 from proctor.contract import RequestError, Status, request_error_from
 from proctor.engine import Engine, prepare
 from proctor.settings import get_settings
-from proctor.verifiers.formula import Formula, FormulaError
+from proctor.verifiers.formula import Formula, FormulaError, corner_points, unevaluable
 from proctor.verifiers.judge import parse
 from proctor.verifiers.judge.client import JudgeError, Sampling, complete, judge_config
-from proctor.verifiers.judge.common import check_http_url
+from proctor.verifiers.judge.common import check_judge_url
 
 router = APIRouter(prefix="/v1/graders", tags=["graders"])
 
@@ -215,9 +215,18 @@ class MultiGrader(_Grader):
             if not name.isidentifier():
                 raise ValueError(f"grader name {name!r} must be an identifier to appear in calculate_output")
         try:
-            Formula(self.calculate_output, set(self.graders)).evaluate(dict.fromkeys(self.graders, 1.0))
+            formula = Formula(self.calculate_output, set(self.graders))
         except FormulaError as exc:
             raise ValueError(f"calculate_output: {exc}") from None
+        # Every sub-reward over its range (a score_model's `range`, else [0, 1]): a formula with no value
+        # somewhere there would fail runs later, so it is refused now, naming the point.
+        ranges = {
+            name: grader.range if isinstance(grader, ScoreModelGrader) else (0.0, 1.0)
+            for name, grader in self.graders.items()
+        }
+        problem = unevaluable(formula, corner_points(ranges))
+        if problem is not None:
+            raise ValueError(f"calculate_output cannot be evaluated over the sub-rewards' ranges: {problem}")
         return self
 
 
@@ -238,15 +247,21 @@ class JudgeOverride(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    base_url: str | None = None
+    base_url: str | None = Field(
+        default=None, description="The configured judge URL or one on PROCTOR_JUDGE_ALLOWED_URLS."
+    )
     model: str | None = None
-    api_key: str | None = None
+    api_key: str | None = Field(
+        default=None,
+        description="Bearer key (default: PROCTOR_JUDGE_API_KEY, sent only to the configured URL).",
+    )
 
     @field_validator("base_url")
     @classmethod
-    def _http_url(cls, value: str | None) -> str | None:
-        # Checked here so a bad URL is a 422 naming judge.base_url, not a 503 after a retry budget of tries.
-        return value if value is None else check_http_url(value)
+    def _allowed_url(cls, value: str | None) -> str | None:
+        # Checked here so a URL the request may not use is a 422 naming judge.base_url before any connection:
+        # only the configured judge or one on PROCTOR_JUDGE_ALLOWED_URLS, and the configured key never follows.
+        return value if value is None else check_judge_url(value)
 
 
 class RunRequest(BaseModel):
@@ -533,12 +548,13 @@ async def _run_model(
     messages = _messages(grader, item, sample)
     settings = get_settings()
     override = judge or JudgeOverride()
+    sampling = _sampling(grader.sampling_params)
     try:
         # The configured judge model serves specs written for hosted models, unless the request names one.
         config = judge_config(
             override.base_url, override.model or settings.judge_model or grader.model, override.api_key
         )
-        reply = await complete(config, messages, _sampling(grader.sampling_params))
+        reply = await complete(config, messages, sampling)
     except JudgeError as exc:
         outcome.errors["model_grader_server_error"] = True
         outcome.errors["model_grader_server_error_details"] = f"{exc.reason}: {exc.message}"
@@ -551,8 +567,14 @@ async def _run_model(
         outcome.errors["model_grader_refusal_error"] = True
         return
     if reply.truncated:
-        outcome.errors["model_grader_parse_error"] = True
-        outcome.scores["parse_error"] = "the reply was cut off at max_tokens"
+        # No verdict, and not the sample's fault: a machinery failure (503), as for the judge verifiers.
+        failure = (
+            f"judge_truncated: the judge's reply was cut off at max_tokens={sampling.max_tokens} "
+            "(finish_reason length) before it gave a verdict; raise sampling_params.max_completions_tokens"
+        )
+        outcome.errors["model_grader_server_error"] = True
+        outcome.errors["model_grader_server_error_details"] = failure
+        outcome.server_failure = failure
         return
     try:
         if isinstance(grader, ScoreModelGrader):
@@ -600,7 +622,7 @@ async def run(body: RunRequest, state: ServiceState = Depends(get_state)) -> Res
     "/validate", responses=error_responses(400, 401, 413, 422), summary="Validate an OpenAI grader spec"
 )
 async def validate(body: ValidateRequest) -> Response:
-    """A dry run: parse the spec, check its metrics, templates and formula (evaluated with every sub-reward 1)."""
+    """A dry run: parse the spec, check its metrics, templates and formula (evaluated over the sub-rewards' ranges)."""
     grader = parse_grader(body.grader)
     check_templates(grader)
     return json_response({"grader": grader.model_dump(mode="json", exclude_none=True)})

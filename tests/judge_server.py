@@ -4,10 +4,11 @@
 (http.server, HTTP/1.1 keep-alive). What it answers is scripted by the test:
 - `server.responder = fn(messages) -> str` decides the reply text of ordinary calls (default: "").
 - `server.script(action, ...)` queues one-off actions consumed by the next calls, in order:
-  `Reply(text)`, `Refusal(text)`, `Error(status, retry_after=None)`, `Slow(seconds)` (then the responder's
+  `Reply(text)`, `Refusal(text)`, `Error(status, retry_after=None, message=...)`, `Slow(seconds)` (then the responder's
   reply), `Drop()` (close the connection without answering), `Raw(body)` (200 with that JSON body).
 - `server.latency_s` adds a delay to every call (benchmarks).
-Every chat request body is recorded in `server.requests`.
+Every chat request body is recorded in `server.requests`, every embeddings request body in
+`server.embedding_requests`, and the Authorization header of every request in `server.authorizations`.
 
 Embeddings are deterministic bag-of-words vectors (hashed tokens), so texts sharing words are close.
 """
@@ -50,6 +51,7 @@ class Error:
 
     status: int
     retry_after: str | None = None
+    message: str = "scripted error"
 
 
 @dataclass(frozen=True)
@@ -101,6 +103,7 @@ class JudgeServer:
         self.requests: list[dict[str, Any]] = []
         self.embedding_requests: list[dict[str, Any]] = []
         self.embedding_reply: dict[str, Any] | None = None  # when set, every embeddings call gets this body
+        self.authorizations: list[str | None] = []  # the Authorization header of every request, in order
         self.inflight = 0
         self.max_inflight = 0
         self._actions: deque[Action] = deque()
@@ -178,6 +181,7 @@ class JudgeServer:
                 length = int(self.headers.get("Content-Length") or 0)
                 body = json.loads(self.rfile.read(length) or b"{}")
                 with server._lock:
+                    server.authorizations.append(self.headers.get("Authorization"))
                     server.inflight += 1
                     server.max_inflight = max(server.max_inflight, server.inflight)
                 try:
@@ -219,7 +223,7 @@ class JudgeServer:
                     return
                 if isinstance(action, Error):
                     headers = {"Retry-After": action.retry_after} if action.retry_after is not None else {}
-                    self._send(action.status, {"error": {"message": "scripted error"}}, headers)
+                    self._send(action.status, {"error": {"message": action.message}}, headers)
                     return
                 if isinstance(action, Slow) and server._stopping.wait(action.seconds):
                     return

@@ -33,10 +33,21 @@ def judge() -> Iterator[JudgeServer]:
 
 
 @pytest.fixture(scope="module")
-def service(judge: JudgeServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+def listed() -> Iterator[JudgeServer]:
+    """A judge on PROCTOR_JUDGE_ALLOWED_URLS: requests may name it, and it must never see the operator's key."""
+    with JudgeServer(lambda messages: '{"result": 1}') as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def service(
+    judge: JudgeServer, listed: JudgeServer, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[str]:
     env = server_env(
         free_port(),
         PROCTOR_JUDGE_BASE_URL=judge.base_url,
+        PROCTOR_JUDGE_API_KEY="operator-secret",
+        PROCTOR_JUDGE_ALLOWED_URLS=listed.base_url,
         PROCTOR_JUDGE_MODEL="stand-in",
         PROCTOR_JUDGE_TIMEOUT_S="1",
         PROCTOR_JUDGE_RETRY_BUDGET_S="0.5",
@@ -326,6 +337,8 @@ def _multi_over_a(calculate_output: str) -> dict:
         ),
         (_multi_over_a("a + __import__('os')"), "grader", "calculate_output"),
         (_multi_over_a("a / (a - 1)"), "grader", "calculate_output"),
+        (_multi_over_a("1 / a"), "grader", "a=0"),  # no value when the sub-reward is 0: refused up front
+        (_multi_over_a("log(a)"), "grader", "sub-rewards' ranges"),
         (
             {"type": "string_check", "name": "s", "input": "x", "reference": "x", "operation": "regex"},
             "grader.operation",
@@ -414,3 +427,86 @@ def test_a_judge_outage_inside_a_multi_grader_is_503_not_a_partial_grade(http, j
     assert response.status_code == 503
     body = response.json()
     assert body["sub_rewards"]["exact"] == 1.0 and body["metadata"]["errors"]["model_grader_server_error"]
+
+
+# -- whose URL, whose key; cut-off replies; formulas over ranges (issue 14) -------------------------------------
+
+
+def score_it(content: str = "Score it") -> dict:
+    """A score_model grader; distinct content makes a distinct judge call (no cached reply)."""
+    return {"type": "score_model", "name": "g", "input": [{"role": "user", "content": content}]}
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "http://127.0.0.1:9/v1",  # not listed: refused before any connection (a closed port answers like an open one)
+        "JUDGE/chat/completions?",  # the configured judge, with the appended path pushed into a query
+        "JUDGE#",
+        "LISTED?x=1",
+        "http://user@LISTED_HOST/v1",
+    ],
+)
+def test_a_request_cannot_send_the_judge_call_elsewhere(http, judge, listed, url):
+    url = (
+        url.replace("LISTED_HOST", f"127.0.0.1:{listed.port}")
+        .replace("LISTED", listed.base_url)
+        .replace("JUDGE", judge.base_url)
+    )
+    before = (judge.calls, listed.calls)
+    body = {"grader": score_it(), "model_sample": "x", "judge": {"base_url": url}}
+    response = http.post("/v1/graders/run", json=body)
+    assert response.status_code == 422, response.text
+    assert response.json()["error"]["field"].endswith("judge.base_url")
+    scored = http.post(
+        "/v1/score",
+        json={
+            "verifier": "judge.rubric",
+            "response": "Paris",
+            "reference": RUBRIC,
+            "options": {"base_url": url},
+        },
+    )
+    assert scored.status_code == 422 and scored.json()["error"]["field"] == "options.base_url"
+    assert (judge.calls, listed.calls) == before
+
+
+def test_the_operator_key_goes_only_to_the_configured_judge(http, judge, listed):
+    run(http, score_it("Score with the default judge"), "x")
+    assert judge.authorizations[-1] == "Bearer operator-secret"
+    body = {
+        "grader": score_it("Score with the listed judge"),
+        "model_sample": "x",
+        "judge": {"base_url": listed.base_url},
+    }
+    response = http.post("/v1/graders/run", json=body)
+    assert response.status_code == 200 and response.json()["reward"] == 1.0
+    assert listed.authorizations == [None]
+    score = http.post(
+        "/v1/score",
+        json={
+            "verifier": "judge.rubric",
+            "response": "Paris",
+            "reference": RUBRIC,
+            "options": {"base_url": listed.base_url + "/"},
+        },
+    )
+    assert score.status_code == 200 and listed.authorizations == [None, None]
+
+
+def test_a_failed_reply_body_is_not_echoed(http, judge):
+    judge.script(Error(400, message="REPLY-BODY-SECRET"))
+    response = run(http, score_it("Score the echo"), "x")
+    assert response.status_code == 503 and "REPLY-BODY-SECRET" not in response.text
+
+
+def test_a_reply_cut_off_at_max_tokens_is_503_not_a_grade(http, judge):
+    judge.script(Raw({"choices": [{"message": {"content": '{"result": 0'}, "finish_reason": "length"}]}))
+    response = run(
+        http, {**score_it("Score the cut"), "sampling_params": {"max_completions_tokens": 16}}, "x"
+    )
+    assert response.status_code == 503, response.text
+    errors = response.json()["metadata"]["errors"]
+    assert errors["model_grader_server_error"] and not errors["model_grader_parse_error"]
+    assert "judge_truncated" in errors["model_grader_server_error_details"]
+    assert "max_tokens=16" in errors["model_grader_server_error_details"]

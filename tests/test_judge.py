@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from proctor.contract import Status
+from proctor.contract import RequestError, Status
 from proctor.engine import Engine
 from proctor.settings import Settings, get_settings
 from proctor.verifiers.judge import client, parse
@@ -48,7 +48,10 @@ def fresh(judge: JudgeServer, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]
     monkeypatch.setenv("PROCTOR_JUDGE_TIMEOUT_S", "0.5")
     monkeypatch.setenv("PROCTOR_JUDGE_RETRY_BUDGET_S", "1.5")
     monkeypatch.setenv("PROCTOR_JUDGE_MODEL", "stand-in")
-    monkeypatch.delenv("PROCTOR_JUDGE_BASE_URL", raising=False)
+    # The stand-in is the configured judge: a request may name it (and only it) as options.base_url.
+    monkeypatch.setenv("PROCTOR_JUDGE_BASE_URL", judge.base_url)
+    for name in ("PROCTOR_JUDGE_API_KEY", "PROCTOR_JUDGE_ALLOWED_URLS"):
+        monkeypatch.delenv(name, raising=False)
     get_settings.cache_clear()
     client.reset()
     judge.responder = keyword_rubric_judge
@@ -339,7 +342,9 @@ def test_a_judge_outage_is_judge_error_never_zero(engine, judge, action):
     assert result.reason.startswith("judge_") and "error" in result.details
 
 
-def test_no_judge_configured_is_judge_error(engine):
+def test_no_judge_configured_is_judge_error(engine, monkeypatch):
+    monkeypatch.delenv("PROCTOR_JUDGE_BASE_URL")
+    get_settings.cache_clear()
     result = engine.score({"verifier": "judge.rubric", "response": "Paris", "reference": RUBRIC})
     assert result.status is Status.judge_error and result.reason == "judge_not_configured"
 
@@ -446,13 +451,20 @@ def test_equivalence_master_keys_never_reach_even_a_gullible_judge(engine, judge
     assert score(engine, judge, "judge.equivalence", "Answer: forty-two", "42").reward == 1.0
 
 
-def test_a_reply_cut_off_at_max_tokens_is_not_a_verdict(engine, judge):
-    # "[RESULT] 1" may be the start of "[RESULT] 10"; a "Yes" may be about to be revised.
-    cut = {"choices": [{"message": {"content": "Final Decision: Yes"}, "finish_reason": "length"}]}
+@pytest.mark.parametrize("content", ["Final Decision: Yes", "Final Decision: No", "I need to think about"])
+def test_a_reply_cut_off_at_max_tokens_is_a_judge_error(engine, judge, content):
+    # "[RESULT] 1" may be the start of "[RESULT] 10"; a "Yes" may be about to be revised. Either way the judge
+    # gave no verdict, through no fault of the response: judge_error (masked), never a reward of 0.
+    cut = {"choices": [{"message": {"content": content}, "finish_reason": "length"}]}
     judge.script(Raw(cut))
-    result = score(engine, judge, "judge.equivalence", "Answer: Paris", "paris", rules_first="none")
-    assert (result.status, result.reward, result.reason) == (Status.ok, 0.0, "judge_unparseable")
-    assert "cut off" in result.details["judge_problems"][0]
+    response = f"Answer: Paris ({content})"
+    result = score(engine, judge, "judge.equivalence", response, "paris", rules_first="none", max_tokens=64)
+    assert (result.status, result.reward, result.reason) == (Status.judge_error, 0.0, "judge_truncated")
+    assert "max_tokens=64" in result.details["error"] and result.correct is None
+    # Not cached: asked again, the judge may finish.
+    before = judge.calls
+    again = score(engine, judge, "judge.equivalence", response, "paris", rules_first="none", max_tokens=64)
+    assert judge.calls == before + 1 and again.status is Status.ok  # this time the judge finished
 
 
 def test_equivalence_rules_first_skip_the_judge(engine, judge):
@@ -550,3 +562,140 @@ def test_a_chat_transcript_gives_the_judge_the_task(engine, judge):
     prompt = user_text(judge.requests[-1]["messages"])
     assert "<task>\nWhich city is the capital of France? (transcript)\n</task>" in prompt
     assert "<response>\nParis, France.\n</response>" in prompt
+
+
+# -- whose URL, whose key (issue 14, item 2) ------------------------------------------------------------------
+
+
+@pytest.fixture
+def other() -> Iterator[JudgeServer]:
+    """A second OpenAI-compatible server: an endpoint the request names, not the configured judge."""
+    with JudgeServer(lambda messages: "Final Decision: Yes") as server:
+        yield server
+
+
+def _keyed(monkeypatch: pytest.MonkeyPatch, allowed: str = "") -> None:
+    monkeypatch.setenv("PROCTOR_JUDGE_API_KEY", "operator-secret")
+    monkeypatch.setenv("PROCTOR_JUDGE_ALLOWED_URLS", allowed)
+    get_settings.cache_clear()
+
+
+def _equivalence(engine: Engine, response: str, **options) -> object:
+    return engine.score(
+        {
+            "verifier": "judge.equivalence",
+            "response": response,
+            "reference": "paris",
+            "options": {"rules_first": "none", **options},
+        }
+    )
+
+
+@pytest.mark.parametrize(
+    "verifier", ["judge.rubric", "judge.principles", "judge.equivalence", "judge.pairwise"]
+)
+def test_a_request_may_not_name_a_judge_url_of_its_own(engine, judge, other, monkeypatch, verifier):
+    _keyed(monkeypatch)
+    reference = {
+        "judge.rubric": RUBRIC,
+        "judge.principles": {"principles": ["Mentions paris"]},
+        "judge.equivalence": "paris",
+        "judge.pairwise": {"other": "Lyon"},
+    }[verifier]
+    for url in (other.base_url, "http://127.0.0.1:9/v1"):  # an open port and a closed one: the same 422
+        started = time.monotonic()
+        with pytest.raises(RequestError) as refused:
+            engine.score(
+                {
+                    "verifier": verifier,
+                    "response": "Answer: Paris",
+                    "reference": reference,
+                    "options": {"base_url": url},
+                }
+            )
+        assert refused.value.status == 422 and refused.value.field == "options.base_url"
+        assert "PROCTOR_JUDGE_ALLOWED_URLS" in refused.value.message
+        assert time.monotonic() - started < 0.5
+    assert other.calls == 0 and other.authorizations == []
+
+
+def test_an_allow_listed_url_never_gets_the_configured_key(engine, judge, other, monkeypatch):
+    spelled = other.base_url.replace("http://", "HTTP://") + "/"
+    _keyed(monkeypatch, allowed=f" http://example.invalid/v1 , {spelled} ")
+    result = _equivalence(engine, "Answer: Paris (allowed)", base_url=other.base_url)
+    assert result.status is Status.ok and result.reward == 1.0
+    assert other.authorizations == [None]
+    # The request's own key goes where the request says.
+    _equivalence(engine, "Answer: Paris (own key)", base_url=other.base_url, api_key="callers-own")
+    assert other.authorizations[-1] == "Bearer callers-own"
+
+
+def test_the_configured_url_gets_the_key_in_any_spelling(engine, judge, monkeypatch):
+    _keyed(monkeypatch)
+    spelled = judge.base_url.replace("http://", "HTTP://") + "/"
+    for options in ({}, {"base_url": spelled}, {"base_url": judge.base_url}):
+        before = len(judge.authorizations)
+        _equivalence(engine, f"Answer: Paris {options}", **options)
+        assert judge.authorizations[before:] == ["Bearer operator-secret"]
+
+
+@pytest.mark.parametrize(
+    "suffix",
+    [
+        "/chat/completions?",  # Proctor's own path becomes the query: any path on the host
+        "/admin#",  # ... or the fragment
+        "?x=1",
+        "/../v1",
+        "/%2e%2e/v1",
+        "\\@evil.example/v1",
+    ],
+)
+def test_urls_with_query_fragment_or_dot_segments_are_422_even_when_listed(
+    engine, judge, monkeypatch, suffix
+):
+    url = judge.base_url + suffix
+    _keyed(monkeypatch, allowed=url)
+    before = judge.calls
+    with pytest.raises(RequestError) as refused:
+        _equivalence(engine, "Answer: Paris", base_url=url)
+    assert refused.value.field == "options.base_url" and judge.calls == before
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "http://user:pw@127.0.0.1:9/v1",
+        "ftp://127.0.0.1/v1",
+        "file:///etc/passwd",
+        "http:///v1",
+        "relative/v1",
+    ],
+)
+def test_userinfo_and_other_schemes_are_422(engine, monkeypatch, url):
+    _keyed(monkeypatch, allowed=url)
+    with pytest.raises(RequestError) as refused:
+        _equivalence(engine, "Answer: Paris", base_url=url)
+    assert refused.value.field == "options.base_url"
+
+
+def test_judge_config_refuses_an_unlisted_url_even_past_validation(monkeypatch):
+    _keyed(monkeypatch)
+    with pytest.raises(JudgeError) as refused:
+        client.judge_config("http://127.0.0.1:9/v1")
+    assert refused.value.reason == "judge_url_not_allowed"
+    assert client.judge_config().api_key == "operator-secret"
+
+
+@pytest.mark.parametrize(
+    "action",
+    [
+        Error(400, message="REPLY-BODY-SECRET"),
+        Raw({"leak": "REPLY-BODY-SECRET"}),
+        Raw({"choices": "REPLY-BODY-SECRET"}),
+    ],
+)
+def test_a_failed_reply_body_is_not_echoed_in_the_score(engine, judge, action):
+    judge.script(action)
+    result = _equivalence(engine, f"Answer: Paris ({type(action).__name__} {id(action)})")
+    assert result.status is Status.judge_error
+    assert "REPLY-BODY-SECRET" not in json.dumps(result.model_dump(mode="json"))

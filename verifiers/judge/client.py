@@ -21,6 +21,7 @@ import dataclasses
 import email.utils
 import hashlib
 import json
+import logging
 import random
 import threading
 import time
@@ -32,11 +33,14 @@ import httpx
 
 from proctor.cache import LRUCache
 from proctor.settings import get_settings
+from proctor.verifiers.judge.urls import check_request_url, key_for
 
 BACKOFF_BASE_S = 0.25
 BACKOFF_CAP_S = 8.0
 CACHE_ENTRIES = 100_000
-ERROR_EXCERPT = 300
+ERROR_EXCERPT = 300  # characters of a failed reply's body written to the log (never into a Score)
+
+log = logging.getLogger("proctor.judge")
 
 
 class JudgeError(Exception):
@@ -69,12 +73,23 @@ class JudgeConfig:
 def judge_config(
     base_url: str | None = None, model: str | None = None, api_key: str | None = None
 ) -> JudgeConfig:
-    """The configured judge, with per-request overrides; raises JudgeError when no endpoint is configured."""
+    """The configured judge, with per-request overrides; raises JudgeError when no endpoint is configured.
+
+    A request's `base_url` must be the configured one or on PROCTOR_JUDGE_ALLOWED_URLS (the options' validators
+    make that a 422; this is the last line), and the configured key goes only to the configured URL.
+    """
     settings = get_settings()
+    if base_url:
+        try:
+            base_url = check_request_url(
+                base_url, settings.judge_base_url, settings.judge_allowed_urls, "PROCTOR_JUDGE_ALLOWED_URLS"
+            )
+        except ValueError as exc:
+            raise JudgeError("judge_url_not_allowed", f"base_url {exc}") from None
     config = JudgeConfig(
         base_url=base_url or settings.judge_base_url,
         model=model or settings.judge_model,
-        api_key=api_key or settings.judge_api_key,
+        api_key=key_for(base_url, settings.judge_base_url, settings.judge_api_key, api_key),
         timeout_s=settings.judge_timeout_s,
         retry_budget_s=settings.judge_retry_budget_s,
         concurrency=settings.judge_concurrency,
@@ -223,7 +238,8 @@ async def complete(
         future.exception()  # mark retrieved: nobody may be waiting
         raise
     else:
-        CACHE.put(key, reply)
+        if not reply.truncated:  # a cut-off reply is a failure (judge_truncated): asked again, it may finish
+            CACHE.put(key, reply)
         future.set_result(reply)
         return reply
     finally:
@@ -259,10 +275,10 @@ async def _call(
         else:
             if response.status_code == 200:
                 return _reply_of(response, config, key, attempt)
+            # The body is not echoed: it is whatever the endpoint chose to send, and lands in a client's Score.
+            log_body(config.url, response)
             error = JudgeError(
-                f"judge_http_{response.status_code}",
-                f"judge answered {response.status_code}: {response.text[:ERROR_EXCERPT]}",
-                attempt,
+                f"judge_http_{response.status_code}", f"judge answered HTTP {response.status_code}", attempt
             )
             if not retryable(response.status_code):
                 raise error
@@ -307,6 +323,15 @@ def parse_retry_after(value: str | None) -> float | None:
     return max(0.0, when.timestamp() - time.time())
 
 
+def log_body(url: str, response: httpx.Response) -> None:
+    """Write the start of a failed reply's body to the operator's log (it never goes into a Score)."""
+    try:
+        excerpt = response.text[:ERROR_EXCERPT]
+    except Exception:  # noqa: BLE001 - an undecodable body is still a failure to log
+        excerpt = "<undecodable body>"
+    log.warning("%s answered HTTP %s: %r", url, response.status_code, excerpt)
+
+
 def _reply_of(response: httpx.Response, config: JudgeConfig, key: str, attempts: int) -> Reply:
     try:
         data = response.json()
@@ -315,8 +340,9 @@ def _reply_of(response: httpx.Response, config: JudgeConfig, key: str, attempts:
             raise TypeError("choices[0].message is not an object")
     except (ValueError, KeyError, IndexError, TypeError) as exc:
         # A server that answers 200 with something else is broken: an outage, not a verdict (and not a 500).
+        log_body(config.url, response)
         raise JudgeError(
-            "judge_bad_reply", f"not a chat completion ({exc!r}): {response.text[:ERROR_EXCERPT]}", attempts
+            "judge_bad_reply", f"not a chat completion ({type(exc).__name__})", attempts
         ) from None
     usage = data.get("usage") if isinstance(data.get("usage"), dict) else {}
     tokens = {

@@ -7,13 +7,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-import httpx
 from pydantic import Field, field_validator
 
 from proctor.contract import Status, Verdict, content_text
 from proctor.registry import BaseOptions
+from proctor.settings import get_settings
 from proctor.verifiers.judge.client import JudgeConfig, JudgeError, Reply, Sampling, complete, judge_config
 from proctor.verifiers.judge.parse import Unparseable
+from proctor.verifiers.judge.urls import check_request_url
 
 T = TypeVar("T")
 
@@ -23,15 +24,13 @@ DEADLINE_S = 300.0
 REPLY_EXCERPT = 500
 
 
-def check_http_url(value: str) -> str:
-    """An http(s) URL httpx can use, or ValueError (a 422 naming the option)."""
-    try:
-        url = httpx.URL(value)
-    except (httpx.InvalidURL, TypeError, ValueError) as exc:
-        raise ValueError(f"not a URL: {exc}") from None
-    if url.scheme not in {"http", "https"} or not url.host:
-        raise ValueError("must be an http:// or https:// URL")
-    return value
+def check_judge_url(value: str) -> str:
+    """A request's judge URL in canonical form if it may use it (the configured judge, or one on
+    PROCTOR_JUDGE_ALLOWED_URLS), else ValueError: a 422 naming the option, before any connection is made."""
+    settings = get_settings()
+    return check_request_url(
+        value, settings.judge_base_url, settings.judge_allowed_urls, "PROCTOR_JUDGE_ALLOWED_URLS"
+    )
 
 
 class JudgeOptions(BaseOptions):
@@ -39,10 +38,14 @@ class JudgeOptions(BaseOptions):
 
     base_url: str | None = Field(
         default=None,
-        description="OpenAI-compatible endpoint, e.g. http://127.0.0.1:8001/v1 (default: setting).",
+        description="OpenAI-compatible endpoint, e.g. http://127.0.0.1:8001/v1 (default: PROCTOR_JUDGE_BASE_URL); "
+        "only the configured one or one on PROCTOR_JUDGE_ALLOWED_URLS.",
     )
     model: str | None = Field(default=None, description="Judge model name (default: PROCTOR_JUDGE_MODEL).")
-    api_key: str | None = Field(default=None, description="Bearer key for the endpoint (default: setting).")
+    api_key: str | None = Field(
+        default=None,
+        description="Bearer key for the endpoint (default: PROCTOR_JUDGE_API_KEY, sent only to the configured URL).",
+    )
     samples: int = Field(
         default=1, ge=1, le=16, description="Judge samples per question; their verdicts are averaged."
     )
@@ -56,7 +59,7 @@ class JudgeOptions(BaseOptions):
     @field_validator("base_url")
     @classmethod
     def _http_url(cls, value: str | None) -> str | None:
-        return value if value is None else check_http_url(value)
+        return value if value is None else check_judge_url(value)
 
     def config(self) -> JudgeConfig:
         """The judge endpoint for this request (raises JudgeError when none is configured)."""
@@ -118,8 +121,8 @@ async def ask(
 ) -> list[T | None]:
     """Ask the judge `options.samples` times; each parsed verdict, or None for a refusal or an unparseable reply.
 
-    A failed call raises JudgeError (a machinery failure); a reply that says nothing parseable is None, which
-    the verifiers count as a wrong verdict.
+    A failed call, or a reply cut off at max_tokens, raises JudgeError (a machinery failure); a reply that says
+    nothing parseable is None, which the verifiers count as a wrong verdict.
     """
     config = config or options.config()
     sampling = options.sampling()
@@ -133,12 +136,15 @@ async def ask(
             ledger.problems.append(f"refusal: {(reply.refusal or '')[:200]}")
             verdicts.append(None)
             continue
-        if (
-            reply.truncated
-        ):  # a cut-off reply may end in a verdict it was about to revise, or in half a number
-            ledger.problems.append("unparseable: the reply was cut off at max_tokens")
-            verdicts.append(None)
-            continue
+        if reply.truncated:
+            # A cut-off reply may end in a verdict it was about to revise, or in half a number: it is no verdict,
+            # and not the response's fault either (a reward of 0 would punish it for the judge's length limit).
+            raise JudgeError(
+                "judge_truncated",
+                f"the judge's reply was cut off at max_tokens={options.max_tokens} (finish_reason length) "
+                "before it gave a verdict; raise options.max_tokens",
+                reply.attempts,
+            )
         try:
             verdicts.append(parse(reply.text))
         except Unparseable as exc:

@@ -31,6 +31,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from proctor.contract import Status, Verdict
 from proctor.registry import BaseOptions, Example, VerifierSpec, register_verifier
 from proctor.settings import get_settings
+from proctor.verifiers.judge.urls import check_request_url, key_for
 from proctor.verifiers.text.extract import ExtractMethod, clip, extract_answer
 
 Metric = Literal[
@@ -82,19 +83,32 @@ class SimilarityOptions(BaseOptions):
     )
     lowercase: bool = Field(default=False, description="Lower-case both sides first.")
     embedding_base_url: str | None = Field(
-        default=None, description="cosine: an OpenAI-compatible endpoint (…/v1); default: the local model."
+        default=None,
+        description="cosine: an OpenAI-compatible endpoint (…/v1); only PROCTOR_EMBEDDINGS_BASE_URL or one on "
+        "PROCTOR_EMBEDDINGS_ALLOWED_URLS; default: the configured endpoint, else the local model.",
     )
     embedding_model: str | None = Field(
         default=None, description="cosine: the embeddings model name to send."
     )
-    embedding_api_key: str | None = Field(default=None, description="cosine: bearer key for the endpoint.")
+    embedding_api_key: str | None = Field(
+        default=None,
+        description="cosine: bearer key for the endpoint (default: PROCTOR_EMBEDDINGS_API_KEY, sent only to "
+        "the configured URL).",
+    )
 
     @field_validator("embedding_base_url")
     @classmethod
-    def _http_url(cls, value: str | None) -> str | None:
-        from proctor.verifiers.judge.common import check_http_url
-
-        return value if value is None else check_http_url(value)
+    def _allowed_url(cls, value: str | None) -> str | None:
+        # A 422 naming the option before any connection: a configured key must not follow a request's URL.
+        if value is None:
+            return None
+        settings = get_settings()
+        return check_request_url(
+            value,
+            settings.embeddings_base_url,
+            settings.embeddings_allowed_urls,
+            "PROCTOR_EMBEDDINGS_ALLOWED_URLS",
+        )
 
     @model_validator(mode="after")
     def _cosine_needs_a_model(self) -> SimilarityOptions:
@@ -187,9 +201,10 @@ def remote_embeddings(
     texts: list[str], base_url: str, model: str | None, api_key: str | None
 ) -> list[list[float]]:
     """Embeddings from an OpenAI-compatible endpoint, with retries on 429/5xx/connection errors."""
-    from proctor.verifiers.judge.client import parse_retry_after, retry_delay, retryable
+    from proctor.verifiers.judge.client import log_body, parse_retry_after, retry_delay, retryable
 
     settings = get_settings()
+    url = base_url.rstrip("/") + "/embeddings"
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     body = {"input": texts, "model": model or "text-embedding-3-small"}
     give_up_at = time.monotonic() + settings.judge_retry_budget_s
@@ -199,7 +214,7 @@ def remote_embeddings(
         wait: float | None = None
         try:
             response = httpx.post(
-                base_url.rstrip("/") + "/embeddings",
+                url,
                 json=body,
                 headers=headers,
                 timeout=settings.judge_timeout_s,
@@ -214,8 +229,16 @@ def remote_embeddings(
                     check_vectors(vectors, len(texts))
                     return vectors
                 except (ValueError, KeyError, TypeError) as exc:
-                    raise EmbeddingError("embedding_bad_reply", f"not an embeddings reply: {exc!r}") from None
-            error = EmbeddingError(f"embedding_http_{response.status_code}", response.text[:300])
+                    # The body is not echoed (a Score is the client's); the operator's log gets its start.
+                    log_body(url, response)
+                    raise EmbeddingError(
+                        "embedding_bad_reply", f"not an embeddings reply ({type(exc).__name__})"
+                    ) from None
+            log_body(url, response)
+            error = EmbeddingError(
+                f"embedding_http_{response.status_code}",
+                f"the embeddings endpoint answered HTTP {response.status_code}",
+            )
             if not retryable(response.status_code):
                 raise error
             wait = parse_retry_after(response.headers.get("retry-after"))
@@ -240,11 +263,27 @@ def check_vectors(vectors: list[list[float]], count: int) -> None:
 
 def embedding_score(text: str, references: list[str], options: SimilarityOptions) -> float:
     """Best cosine similarity of the text to any reference."""
-    base_url = options.embedding_base_url or _setting("embeddings_base_url")
+    settings = get_settings()
+    base_url = options.embedding_base_url or settings.embeddings_base_url
     texts = [text, *references]
     if base_url:
-        model = options.embedding_model or _setting("embeddings_model")
-        key = options.embedding_api_key or _setting("embeddings_api_key")
+        model = options.embedding_model or settings.embeddings_model
+        if options.embedding_base_url:  # validated, but re-checked here: this runs in a pool worker
+            try:
+                check_request_url(
+                    base_url,
+                    settings.embeddings_base_url,
+                    settings.embeddings_allowed_urls,
+                    "PROCTOR_EMBEDDINGS_ALLOWED_URLS",
+                )
+            except ValueError as exc:
+                raise EmbeddingError("embedding_url_not_allowed", f"embedding_base_url {exc}") from None
+        key = key_for(
+            options.embedding_base_url,
+            settings.embeddings_base_url,
+            settings.embeddings_api_key,
+            options.embedding_api_key,
+        )
         vectors = remote_embeddings(texts, base_url, model, key)
     else:
         vectors = local_embeddings(texts)
