@@ -7,8 +7,9 @@ RunCodeResponse, parse_run_status; `sandbox/runners/types.py`: CommandRunResult,
 
 Request (SandboxFusion's field names; unknown fields are ignored, as there):
 `code`, `language`, `stdin` (string or null), `compile_timeout` and `run_timeout` (seconds, default 10),
-`memory_limit_MB` (default -1: no limit given, which here means 1024 MB, verl's default; it limits the run,
-while compiling keeps the language's own compile limits), `files` ({relative path: base64 content or null,
+`memory_limit_MB` (default -1: no limit given, which here means 1024 MB, verl's default, or the operator's
+maximum if lower; it limits the run, while compiling keeps the language's own compile limits), `files`
+({relative path: base64 content or null,
 which is skipped}), `fetch_files` ([relative path]; missing files are left out, as there). Languages:
 SandboxFusion's python, cpp, nodejs, go, java and rust, and Proctor's names and aliases (c, javascript ...;
 sandboxes/languages.py); any other name, SandboxFusion's php or bash included, is a 422 naming `language`.
@@ -35,6 +36,16 @@ full sandbox queue is an API error (-1) in verl, so size PROCTOR_SANDBOX_QUEUE f
 `sandbox_fusion.max_concurrent` (default 64). verl sends no Authorization header, so point it at a service
 without PROCTOR_TOKEN (loopback).
 
+Operator maxima: `run_timeout` and `compile_timeout` above PROCTOR_SANDBOX_MAX_CPU_S, or `memory_limit_MB` above
+PROCTOR_SANDBOX_MAX_MEMORY_MB, are a 422 naming the field. The job's files (the code, `files`, whatever the
+program writes) are bounded by PROCTOR_SANDBOX_MAX_FILES and PROCTOR_SANDBOX_MAX_DISK_MB on nsjail and docker;
+past them the run's verdict is output_limit (status "Failed", return code -9). The `local` backend cannot bound
+them.
+
+A run that fails because its runtime stopped at the heap the sandbox gave it (java.lang.OutOfMemoryError,
+Node's "JavaScript heap out of memory", Go's "runtime: out of memory", Rust's "memory allocation of N bytes
+failed", C++'s std::bad_alloc, Python's MemoryError) is memory_limit in `message`, as an OOM kill is.
+
 Timeouts: SandboxFusion's `run_timeout` and `compile_timeout` are wall-clock limits. Proctor limits CPU time
 of the whole process tree instead, so a loaded machine does not turn correct programs into time-outs: each
 becomes the command's `cpu_s`, and the wall-clock backstop is the sandbox default (2 x cpu_s + 1 s), which only
@@ -58,7 +69,7 @@ from proctor.api.responses import error_responses
 from proctor.api.state import SandboxUnavailable, ServiceState, get_state
 from proctor.contract import RequestError
 from proctor.pool import PoolFull
-from proctor.sandboxes.job import CommandResult, File, Job, Limits, Result, Verdict
+from proctor.sandboxes.job import CommandResult, File, Job, Limits, Maxima, Result, Verdict, over_maximum
 from proctor.sandboxes.languages import LANGUAGES, get_language
 
 router = APIRouter(tags=["compatibility"])
@@ -151,7 +162,7 @@ class RunCodeResponse(BaseModel):
 )
 async def run_code(body: RunCodeRequest, state: ServiceState = Depends(get_state)) -> Response:
     """Compile and run one program in a sandbox; SandboxError means the machinery failed, not the program."""
-    job = build_job(body)
+    job = build_job(body, Maxima.from_settings(state.settings))
     try:
         pool = await state.sandbox()
     except SandboxUnavailable as exc:
@@ -165,11 +176,21 @@ async def run_code(body: RunCodeRequest, state: ServiceState = Depends(get_state
     return json_response(to_response(result))
 
 
-def build_job(body: RunCodeRequest) -> Job:
+def build_job(body: RunCodeRequest, maxima: Maxima | None = None) -> Job:
     """One sandbox job for a request: compile (if the language compiles) then run, in one working directory.
 
-    422 naming the field for an unknown language or a bad file.
+    422 naming the field for an unknown language, a bad file, or a limit above the operator's `maxima` (default:
+    this process's settings).
     """
+    maxima = maxima or Maxima.from_settings()
+    for field, value, maximum, unit in (
+        ("compile_timeout", body.compile_timeout, maxima.cpu_s, "CPU seconds"),
+        ("run_timeout", body.run_timeout, maxima.cpu_s, "CPU seconds"),
+        ("memory_limit_MB", body.memory_limit_MB, maxima.memory_mb, "MB"),
+    ):
+        message = over_maximum(field, value, maximum, unit)
+        if message is not None:
+            raise RequestError(422, message, field)
     try:
         language = get_language(body.language)
     except KeyError:
@@ -179,7 +200,7 @@ def build_job(body: RunCodeRequest) -> Job:
         ) from None
     source_name = language.file_name(body.code)
     files = _request_files(body.files, reserved=source_name)
-    memory_mb = body.memory_limit_MB if body.memory_limit_MB > 0 else DEFAULT_MEMORY_MB
+    memory_mb = body.memory_limit_MB if body.memory_limit_MB > 0 else min(DEFAULT_MEMORY_MB, maxima.memory_mb)
     commands = []
     if language.compiled:
         # compile_timeout is the compiler's CPU time; its memory stays the language's compile limit.

@@ -3,7 +3,9 @@
 Each worker slot is a thread in the calling process that owns one worker process and a pipe to it. The
 thread hands the worker one item at a time and waits on the pipe with the item's hard deadline; a worker
 that overruns is killed with SIGKILL and replaced, and that item gets `status: timeout`. No signal.alarm:
-the deadline lives in the parent, so it works from any thread and stops C code too.
+the deadline lives in the parent, so it works from any thread and stops C code too. A killed worker cleans
+nothing up, so the parent releases what its sandboxes left (cgroups, /dev/shm directories; see
+sandboxes/leftovers.py) once it has reaped it.
 """
 
 from __future__ import annotations
@@ -38,6 +40,14 @@ class WorkerStartError(Exception):
 
 
 WORKER_START_TIMEOUT_S = 120.0
+
+
+def release_leftovers(pid: int) -> None:
+    """Release the sandbox cgroups and directories of a worker that died without cleaning up (imported late:
+    most pools never run a sandbox)."""
+    from proctor.sandboxes.leftovers import release_process
+
+    release_process(pid)
 
 
 @dataclass
@@ -101,6 +111,8 @@ class _Slot(threading.Thread):
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait(timeout=5)
+        if kill or process.returncode != 0:
+            release_leftovers(process.pid)
 
     def _reap(self, timeout: float = 2.0) -> int | None:
         """The exit code of a worker whose socket closed: wait briefly, since EOF can precede the exit."""

@@ -66,10 +66,17 @@ def serve(conn: Connection) -> None:
             return
 
 
+def _exit_on_sigterm(signum: int, frame: object) -> None:
+    raise SystemExit(128 + signum)
+
+
 def main() -> None:
     """Entry point: serve on the socket whose descriptor is argv[1]."""
     die_with_parent()
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
+    # SIGTERM (a service manager stopping the whole group) exits through the interpreter, so exit handlers
+    # give back what this worker's sandboxes hold on the host (directories, mounts, cgroups).
+    signal.signal(signal.SIGTERM, _exit_on_sigterm)
     serve(Connection(int(sys.argv[1])))
 
 

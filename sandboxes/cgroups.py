@@ -8,8 +8,10 @@ given, so tests can point the code at an unusable root and see the rlimit fallba
 
 A waiting process is moved in by writing its pid to each `cgroup.procs` (see `JobCgroup.procs_files`) before
 it execs the program, so every descendant is born inside (backends/slots.py). Nothing here signals our own
-process: only pids listed in the job's cgroup are killed. Empty cgroups left by a process that died are swept
-when a backend starts (`Cgroups.sweep`).
+process: only pids listed in the job's cgroup are killed. A cgroup's name starts with the pid of the process
+that made it (`<pid>-<uuid>`), so what a dead process left (a pool worker killed with SIGKILL, a service
+stopped with SIGTERM) is found by its owner: `Cgroups.sweep` kills what still runs in those cgroups and removes
+them, when a backend starts and, for a worker it killed, from the worker pool (`sweep(owner=pid)`).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import re
 import signal
 import time
 import uuid
@@ -28,6 +31,23 @@ log = logging.getLogger(__name__)
 DEFAULT_ROOT = Path("/sys/fs/cgroup")
 PARENT = "proctor"
 V1_CONTROLLERS = ("memory", "pids", "cpuacct")
+OWNED_NAME = re.compile(r"(\d+)-[0-9a-f]{32}\Z")
+
+
+def owner_of(name: str) -> int | None:
+    """The pid of the process that made a cgroup called `name`, None for a name without one."""
+    match = OWNED_NAME.match(name)
+    return int(match.group(1)) if match else None
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 class CgroupError(RuntimeError):
@@ -224,20 +244,36 @@ class Cgroups:
             return [self.root / self.parent]
         return [(self.root / controller).resolve() / self.parent for controller in V1_CONTROLLERS]
 
-    def sweep(self, min_age_s: float = 300.0) -> int:
-        """Remove empty per-command cgroups left by a process that died; returns how many were removed.
+    def sweep(self, min_age_s: float = 300.0, owner: int | None = None) -> int:
+        """Remove per-command cgroups left by processes that died; returns how many directories were removed.
 
-        rmdir fails on a cgroup that still has processes, so a live sandbox's cgroup is never touched; the
-        age guard spares one that another process has just created and not yet entered.
+        A cgroup named after its maker (`<pid>-<uuid>`) whose maker is gone is emptied (SIGKILL to what still
+        runs there: orphaned sandboxed programs) and removed at once; with `owner`, only that (dead) process's
+        cgroups are. Without `owner`, any other cgroup is removed when empty and older than `min_age_s` (rmdir
+        fails on a cgroup that still has processes; the age spares one just created and not yet entered).
         """
         removed = 0
         now = time.time()
+        alive: dict[int, bool] = {}
         for parent in self.parent_dirs():
             try:
                 children = [child for child in parent.iterdir() if child.is_dir()]
             except OSError:
                 continue
             for child in children:
+                pid = owner_of(child.name)
+                if owner is not None:
+                    orphaned = pid == owner
+                    if not orphaned:
+                        continue
+                else:
+                    orphaned = (
+                        pid is not None and pid != os.getpid() and not alive.setdefault(pid, _alive(pid))
+                    )
+                if orphaned:
+                    JobCgroup(self.version, {"unified" if self.version == 2 else "orphan": child}).remove()
+                    removed += 0 if child.exists() else 1
+                    continue
                 try:
                     if now - child.stat().st_mtime >= min_age_s:
                         child.rmdir()
@@ -259,7 +295,7 @@ class Cgroups:
 
     def create(self, memory_mb: int, processes: int) -> JobCgroup:
         """Make a fresh cgroup with these limits; raises CgroupError when cgroups cannot be used."""
-        name = uuid.uuid4().hex
+        name = f"{os.getpid()}-{uuid.uuid4().hex}"
         dirs: dict[str, Path] = {}
         job = JobCgroup(self.version, dirs)
         try:

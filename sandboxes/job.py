@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import base64
+from dataclasses import dataclass
 from enum import Enum
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+if TYPE_CHECKING:
+    from proctor.settings import Settings
 
 
 class Verdict(str, Enum):
@@ -42,6 +46,52 @@ class Limits(BaseModel):
         return self.wall_s if self.wall_s is not None else 2 * self.cpu_s + 1
 
 
+@dataclass(frozen=True)
+class Maxima:
+    """The operator's ceilings for every sandboxed job (PROCTOR_SANDBOX_MAX_*): a request asking for more is a 422
+    naming its field, and every backend clamps a command's limits to them (so no caller can exceed them)."""
+
+    memory_mb: int
+    cpu_s: float
+    files: int
+    disk_mb: int
+
+    @classmethod
+    def from_settings(cls, settings: Settings | None = None) -> Maxima:
+        """The maxima of `settings`, else of this process's (PROCTOR_SANDBOX_MAX_MEMORY_MB, _CPU_S, _FILES,
+        _DISK_MB)."""
+        if settings is None:
+            from proctor.settings import get_settings
+
+            settings = get_settings()
+        return cls(
+            memory_mb=settings.sandbox_max_memory_mb,
+            cpu_s=settings.sandbox_max_cpu_s,
+            files=settings.sandbox_max_files,
+            disk_mb=settings.sandbox_max_disk_mb,
+        )
+
+    def clamp(self, limits: Limits) -> Limits:
+        """`limits` with memory, CPU time and file size no higher than these maxima (the same object if within)."""
+        update: dict[str, float | int] = {}
+        if limits.memory_mb > self.memory_mb:
+            update["memory_mb"] = max(16, self.memory_mb)
+        if limits.cpu_s > self.cpu_s:
+            update["cpu_s"] = self.cpu_s
+            if limits.wall_s is not None:
+                update["wall_s"] = min(limits.wall_s, 2 * self.cpu_s + 1)
+        if limits.file_size_mb > self.disk_mb:
+            update["file_size_mb"] = self.disk_mb
+        return limits.model_copy(update=update) if update else limits
+
+
+def over_maximum(name: str, value: float, maximum: float, unit: str) -> str | None:
+    """The 422 message for a requested limit above the operator's maximum, else None."""
+    if value > maximum:
+        return f"{name} {value:g} {unit} is above this service's maximum of {maximum:g} {unit}"
+    return None
+
+
 class File(BaseModel):
     """A file placed in the job's fresh working directory before the first command."""
 
@@ -73,6 +123,11 @@ class Command(BaseModel):
     stdin: str = ""
     limits: Limits = Field(default_factory=Limits)
     name: str = Field("run", description="A label for results, e.g. 'compile' or 'run'.")
+    oom_markers: tuple[str, ...] = Field(
+        (),
+        description="stderr words of a runtime stopping itself at its heap cap (java.lang.OutOfMemoryError, "
+        "...): a failed command whose stderr holds one is memory_limit, not runtime_error.",
+    )
 
 
 class Job(BaseModel):

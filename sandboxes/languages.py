@@ -207,7 +207,7 @@ class Language:
     def run_command(self, source: str, stdin: str, limits: Limits, name: str = "run") -> Command:
         """The command that runs the program (compiled or not) on one stdin."""
         argv = self.run_argv(self.file_name(source), source, limits.memory_mb)
-        return Command(argv=argv, stdin=stdin, limits=limits, name=name)
+        return Command(argv=argv, stdin=stdin, limits=limits, name=name, oom_markers=self.oom_markers)
 
     def env(self, memory_mb: int) -> dict[str, str]:
         """The program's whole environment for a memory limit."""

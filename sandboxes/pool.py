@@ -97,7 +97,11 @@ class SandboxPool:
             }
 
     def close(self, timeout_s: float = CLOSE_JOIN_S) -> None:
-        """Refuse new jobs, fail waiting ones with PoolClosed, and wait up to timeout_s for running ones."""
+        """Refuse new jobs, fail waiting ones with PoolClosed, wait up to timeout_s for running ones, then close
+        the backend's warm sandboxes (their directories, mounts and cgroups; a later job starts them again).
+
+        A service stopped with SIGTERM never runs exit handlers (uvicorn re-raises the signal once it has shut
+        down), so this is where what the sandboxes keep on the host is given back."""
         with self._lock:
             if self.closed:
                 return
@@ -113,6 +117,12 @@ class SandboxPool:
         deadline = time.monotonic() + timeout_s
         for thread in self._threads:
             thread.join(timeout=max(0.0, deadline - time.monotonic()))
+        close = getattr(self.backend, "close", None)
+        if close is not None and not any(thread.is_alive() for thread in self._threads):
+            try:
+                close()
+            except Exception:  # noqa: BLE001 - shutting down: log, never raise
+                log.exception("closing sandbox backend %s failed", self.backend.name)
 
     def __enter__(self) -> SandboxPool:
         return self

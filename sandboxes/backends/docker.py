@@ -5,10 +5,17 @@ Design. A job gets one docker volume, mounted at /sandbox; its `work` directory 
 container on that volume, so what `compile` writes is there for `run`, and each command's limits (memory,
 processes) are that container's settings. One container per command rather than `exec` in one long-lived
 container: a container is what docker can kill as a whole (there is no call to kill an exec), and its memory
-limit and OOM state then belong to one command. A tmpfs cannot carry files from one container to the next,
-hence the volume; the fsize rlimit bounds each file in it. The job's files are copied in with `put_archive`
-before the first start, `fetch` files are read back with `get_archive` from the last container, and every
-container, the volume and the parent cgroups are removed afterwards, whatever happened.
+limit and OOM state then belong to one command. A tmpfs of docker's cannot carry files from one container to
+the next (docker unmounts it with the container), hence the volume; the fsize rlimit bounds each file in it.
+The job's files are copied in with `put_archive` before the first start, `fetch` files are read back with
+`get_archive` from the last container, and every container, the volume and the parent cgroups are removed
+afterwards, whatever happened.
+
+Bounded files. With a daemon on this machine (same host name) and the right to mount, the job's storage is
+instead a tmpfs of our own (storage.py: PROCTOR_SANDBOX_MAX_DISK_MB bytes, PROCTOR_SANDBOX_MAX_FILES files),
+bound at /sandbox, its `tmp` directory bound at /tmp; the job's files are written and fetched there directly.
+A command after which it is full is output_limit. With a remote daemon the volume is unbounded (docker has no
+size option for it); /tmp, a tmpfs of docker's, is still bounded in bytes and files.
 
 Each container: network_mode none, read-only root filesystem, a private /tmp tmpfs, a non-root user
 (65534:65534 by default), cap_drop ALL, no-new-privileges, pids_limit, mem_limit with memswap_limit equal to it
@@ -57,9 +64,10 @@ import docker.errors
 import requests
 
 from ..cgroups import JobCgroup
-from ..job import Command, CommandResult, Job, Limits, Result, Verdict
+from ..job import Command, CommandResult, Job, Limits, Maxima, Result, Verdict
 from ..output import Stream
-from .runner import Outcome, cpu_rlimit, hard_wall_s, judge, sandbox_error
+from ..storage import Storage, full, release_path
+from .runner import Outcome, Workdir, clamp_job, cpu_rlimit, hard_wall_s, judge, private_dir, sandbox_error
 
 log = logging.getLogger(__name__)
 
@@ -107,6 +115,7 @@ class DockerBackend:
         user: str = SANDBOX_USER,
         cgroup_root: Path | str = CGROUP_ROOT,
         api_timeout_s: float = 60.0,
+        maxima: Maxima | None = None,
     ) -> None:
         self.image = image or os.environ.get("PROCTOR_SANDBOX_IMAGE") or DEFAULT_IMAGE
         self.base_url = base_url or os.environ.get("PROCTOR_DOCKER_HOST") or os.environ.get("DOCKER_HOST")
@@ -120,6 +129,20 @@ class DockerBackend:
         self.api_timeout_s = api_timeout_s
         self._api_version: str | None = None
         self._daemon: dict[str, str] | None = None
+        self.maxima = maxima or Maxima.from_settings()
+        self.storage = Storage(self.maxima.disk_mb, self.maxima.files)
+        self._storage_usable: tuple[bool, str] | None = None
+
+    def bounded_storage(self, client: docker.DockerClient) -> Storage | None:
+        """The job's own tmpfs budget, where the daemon shares this machine and we may mount; else None."""
+        if self._storage_usable is None:
+            if not self.daemon(client)["local"]:
+                self._storage_usable = (False, "the docker daemon is on another machine")
+            else:
+                self._storage_usable = self.storage.usable()
+            if not self._storage_usable[0]:
+                log.warning("docker sandbox: job files are not bounded (%s)", self._storage_usable[1])
+        return self.storage if self._storage_usable[0] else None
 
     @property
     def where(self) -> str:
@@ -150,6 +173,7 @@ class DockerBackend:
                 "version": str(info.get("ServerVersion", "?")),
                 "cgroups": "parent" if local and info.get("CgroupDriver") == "cgroupfs" else "stats",
                 "cgroup_version": version,
+                "local": "1" if info.get("Name") == socket.gethostname() else "",
             }
         return self._daemon
 
@@ -172,6 +196,7 @@ class DockerBackend:
 
     def run(self, job: Job) -> Result:
         """Run the job's commands in order, each in a fresh container on the job's volume."""
+        job = clamp_job(job, self.maxima)
         try:
             client = self.client()
         except SandboxError as exc:
@@ -220,16 +245,48 @@ class _JobRun:
         self.volume: str | None = None
         self.containers: list[str] = []
         self.cgroup_parents: list[str] = []
+        self.storage = backend.bounded_storage(client)
+        self.host: Path | None = None  # our tmpfs, bound at /sandbox, when the storage is bounded
 
     def command(self, command: Command, first: bool) -> CommandResult:
         """Run one command in a fresh container and judge how it ended."""
-        if self.volume is None:
+        if self.storage is not None:
+            if self.host is None:
+                self._make_host_storage()
+        elif self.volume is None:
             self.volume = self.api.create_volume(name=f"proctor-{self.token}", labels={LABEL: "1"})["Name"]
         parent = self._cgroup_parent()
         container = self._create(command, parent)
-        if first:
+        if first and self.host is None:
             self._put_files(container)
-        return _Execution(self.api, container, command, lambda: self._cgroups(parent, container)).run()
+        full_check = None
+        if self.host is not None and self.storage is not None:
+            host, storage = self.host, self.storage
+            full_check = lambda: storage.describe(what) if (what := full(host)) else ""  # noqa: E731
+        execution = _Execution(
+            self.api, container, command, lambda: self._cgroups(parent, container), full_check
+        )
+        return execution.run()
+
+    def _make_host_storage(self) -> None:
+        """Our own tmpfs for the job (work/ with the job's files, tmp/), owned by the sandbox user."""
+        assert self.storage is not None
+        host = private_dir("docker")
+        host.mkdir(mode=0o755)
+        self.host = host
+        self.storage.mount(host, self.backend.owner, mode=0o755)
+        work = Workdir(host, host / PurePosixPath(WORKDIR).relative_to(VOLUME_MOUNT).as_posix(), host / "tmp")
+        for directory, mode in ((work.box, 0o755), (work.tmp, 0o1777)):
+            directory.mkdir()
+            directory.chmod(mode)
+            os.chown(directory, *self.backend.owner)
+        for item in self.job.files:
+            target = work.box / item.path
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(item.data())
+            target.chmod(0o755 if item.executable else 0o644)
+        for path in work.box.rglob("*"):
+            os.lchown(path, *self.backend.owner)
 
     def _cgroup_parent(self) -> str | None:
         """A fresh parent cgroup for the next container, when the daemon lays out cgroups by path."""
@@ -276,8 +333,15 @@ class _JobRun:
                 docker.types.Ulimit(name="cpu", soft=cpu_soft, hard=cpu_hard),
             ],
             # tmpfs pages are charged to the container's memory cgroup, so the size is bounded twice.
-            tmpfs={"/tmp": f"rw,nosuid,nodev,size={limits.memory_mb}m,mode=1777"},
-            binds={self.volume: {"bind": VOLUME_MOUNT, "mode": "rw"}},
+            tmpfs=None if self.host is not None else {"/tmp": f"rw,nosuid,nodev,{self._tmp_options(limits)}"},
+            binds=(
+                {
+                    str(self.host): {"bind": VOLUME_MOUNT, "mode": "rw"},
+                    str(self.host / "tmp"): {"bind": "/tmp", "mode": "rw"},
+                }
+                if self.host is not None
+                else {self.volume: {"bind": VOLUME_MOUNT, "mode": "rw"}}
+            ),
             log_config=docker.types.LogConfig(type="none"),
             cgroup_parent=parent,
         )
@@ -299,6 +363,11 @@ class _JobRun:
             raise SandboxError(missing_image(self.backend.image)) from exc
         self.containers.append(created["Id"])
         return created["Id"]
+
+    def _tmp_options(self, limits: Limits) -> str:
+        """Options of docker's own /tmp tmpfs (remote daemons): no larger than memory or the disk maximum."""
+        maxima = self.backend.maxima
+        return f"size={min(limits.memory_mb, maxima.disk_mb)}m,nr_inodes={maxima.files},mode=1777"
 
     def _put_files(self, container: str) -> None:
         """Create the working directory with the job's files in it, owned by the sandbox user."""
@@ -332,6 +401,9 @@ class _JobRun:
     def fetch(self, paths: list[str]) -> dict[str, str]:
         """The named regular files of the working directory (base64); missing ones are left out."""
         limit = max(c.limits.file_size_mb for c in self.job.commands) * MIB + 64 * 1024
+        if self.host is not None:
+            box = self.host / PurePosixPath(WORKDIR).relative_to(VOLUME_MOUNT).as_posix()
+            return Workdir(self.host, box, self.host / "tmp").fetch(paths, limit)
         files: dict[str, str] = {}
         for path in paths:
             relative = path.replace("\\", "/").strip("/")
@@ -371,6 +443,8 @@ class _JobRun:
                 pass
             except DOCKER_FAILURES as exc:
                 log.warning("could not remove sandbox volume %s: %s", self.volume, describe(exc))
+        if self.host is not None:
+            release_path(self.host)
 
 
 def remove_cgroup(root: Path, relative: str) -> None:
@@ -493,8 +567,10 @@ class _Execution:
         container: str,
         command: Command,
         cgroups: Callable[[], tuple[JobCgroup, JobCgroup] | None],
+        storage_full: Callable[[], str] | None = None,
     ) -> None:
         self.api = api
+        self.storage_full = storage_full
         self.container = container
         self.command = command
         self.limits: Limits = command.limits
@@ -680,8 +756,11 @@ class _Execution:
             pids_refused=self.pids_refused,
             # docker enforces memory and pids through cgroups whether or not we can read them from here.
             cgroup=True,
+            storage_full=self.storage_full() if self.storage_full is not None else "",
         )
-        return judge(self.command.name, outcome, self.limits, code, signum)
+        return judge(
+            self.command.name, outcome, self.limits, code, signum, oom_markers=self.command.oom_markers
+        )
 
 
 def _close_sending(sock: socket.socket) -> None:

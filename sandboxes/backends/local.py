@@ -3,6 +3,10 @@
 It must be chosen explicitly (never a fallback) and warns once that the program can see and change the host.
 With cgroups (see sandboxes/cgroups.py) it measures and limits the whole tree exactly like nsjail; without them
 it falls back to rlimits (RLIMIT_CPU per process, RLIMIT_DATA for memory) and the process group.
+
+It cannot bound a job's files (PROCTOR_SANDBOX_MAX_FILES, PROCTOR_SANDBOX_MAX_DISK_MB): the program runs as this
+process's user in the host's filesystem and may write wherever that user may; only RLIMIT_FSIZE bounds each
+file. The CPU and memory maxima (PROCTOR_SANDBOX_MAX_CPU_S, _MEMORY_MB) do apply.
 """
 
 from __future__ import annotations
@@ -13,7 +17,7 @@ import shutil
 from pathlib import Path
 
 from ..cgroups import DEFAULT_ROOT, PARENT, Cgroups
-from ..job import Command, CommandResult, Job, Result
+from ..job import Command, CommandResult, Job, Maxima, Result
 from .runner import (
     BASE_PATH,
     MB,
@@ -37,19 +41,28 @@ class LocalBackend:
     name = "local"
 
     def __init__(
-        self, cgroup_root: Path | str = DEFAULT_ROOT, cgroup_parent: str = PARENT, warm: int = 2
+        self,
+        cgroup_root: Path | str = DEFAULT_ROOT,
+        cgroup_parent: str = PARENT,
+        warm: int = 2,
+        maxima: Maxima | None = None,
     ) -> None:
         global _warned
         if not _warned:
             _warned = True
             log.warning("sandbox backend 'local' does not isolate programs: use it for development only")
         self.cgroups = Cgroups(cgroup_root, cgroup_parent)
+        self.maxima = maxima or Maxima.from_settings()
         sweep_private_dirs()
         ok, why = self.cgroups.usable()
         self.cgroup_reason = why
         if not ok:
             log.warning("local sandbox: cgroups unusable (%s); falling back to rlimits", why)
         self.runner = Runner(self.cgroups if ok else None, warm=warm)
+
+    def close(self) -> None:
+        """Discard the warm slots (a later job starts them again)."""
+        self.runner.slots.close()
 
     def available(self) -> tuple[bool, str]:
         """Always available where /bin/sh is; says whether CPU/memory accounting uses cgroups."""
@@ -58,11 +71,13 @@ class LocalBackend:
         mode = (
             self.cgroup_reason if self.runner.cgroups is not None else f"rlimits only ({self.cgroup_reason})"
         )
-        return True, f"no isolation; {mode}"
+        return True, f"no isolation; {mode}; job files unbounded"
 
     def run(self, job: Job) -> Result:
         """Run the job's commands in order in one fresh directory."""
-        return run_job(job, self.name, None, lambda workdir, command: self._one(job, workdir, command))
+        return run_job(
+            job, self.name, None, lambda workdir, command: self._one(job, workdir, command), self.maxima
+        )
 
     def _one(self, job: Job, workdir: Workdir, command: Command) -> CommandResult:
         limits = command.limits
@@ -90,4 +105,4 @@ class LocalBackend:
         code = outcome.returncode
         exit_code = code if code is not None and code >= 0 else None
         signum = -code if code is not None and code < 0 else None
-        return judge(command.name, outcome, limits, exit_code, signum)
+        return judge(command.name, outcome, limits, exit_code, signum, oom_markers=command.oom_markers)

@@ -22,8 +22,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..cgroups import CgroupError, Cgroups, JobCgroup
-from ..job import Command, CommandResult, Job, Limits, Result, Verdict
+from ..job import Command, CommandResult, Job, Limits, Maxima, Result, Verdict
 from ..output import Pump, Stream, decode
+from ..storage import StorageFull, clear, copy_tree, full, release_path
 from .slots import Slot, SlotError, SlotPool, make_slot, script, wait_readable
 
 log = logging.getLogger(__name__)
@@ -58,8 +59,17 @@ def private_dir(kind: str) -> Path:
     return work_base() / f"proctor-{kind}-{os.getpid()}-{uuid.uuid4().hex}"
 
 
-def sweep_private_dirs() -> int:
-    """Remove job and slot directories left by processes that died (their pid is gone); returns how many."""
+def _private_owner(name: str) -> int | None:
+    """The pid recorded in a private directory's name (see private_dir), else None."""
+    parts = name.split("-")
+    if len(parts) != 4 or parts[0] != "proctor" or not parts[2].isdigit():
+        return None
+    return int(parts[2])
+
+
+def sweep_private_dirs(owner: int | None = None) -> int:
+    """Remove job and slot directories (and their tmpfs mounts) left by processes that died (their pid is
+    gone), or only those of `owner`, a process the caller knows is dead; returns how many."""
     removed = 0
     base = work_base()
     try:
@@ -67,17 +77,18 @@ def sweep_private_dirs() -> int:
     except OSError:
         return 0
     for entry in entries:
-        parts = entry.name.split("-")
-        if len(parts) != 4 or parts[0] != "proctor" or not parts[2].isdigit() or int(parts[2]) == os.getpid():
+        pid = _private_owner(entry.name)
+        if pid is None or pid == os.getpid() or (owner is not None and pid != owner):
             continue
-        try:
-            os.kill(int(parts[2]), 0)
-            continue  # still alive (or a reused pid): leave it
-        except ProcessLookupError:
-            pass
-        except PermissionError:
-            continue
-        shutil.rmtree(entry, ignore_errors=True)
+        if owner is None:
+            try:
+                os.kill(pid, 0)
+                continue  # still alive (or a reused pid): leave it
+            except ProcessLookupError:
+                pass
+            except PermissionError:
+                continue
+        release_path(entry)
         removed += 1
     return removed
 
@@ -104,6 +115,8 @@ class Workdir:
     root: Path
     box: Path
     tmp: Path
+    # Whether the files must survive the next command (a later command or `fetch` reads them); run_job sets it.
+    keep_files: bool = True
 
     @classmethod
     def create(cls, job: Job, owner: tuple[int, int] | None = None) -> Workdir:
@@ -178,6 +191,7 @@ class Outcome:
     memory_failures: int = (
         0  # times memory use hit the limit (a SIGKILL then means the limit, on old kernels)
     )
+    storage_full: str = ""  # why the sandbox's bounded storage filled up ("" when it did not)
 
 
 class Runner:
@@ -194,11 +208,13 @@ class Runner:
         self.poll_s = poll_s
         self.slots = SlotPool(make or (lambda: make_slot(cgroups)), warm)
 
-    def run(self, launch: Launch, command: Command, box: Path | None = None) -> Outcome:
+    def run(self, launch: Launch, command: Command, box: Path | None = None, keep: bool = True) -> Outcome:
         """Run to completion (or to a limit) and return the measurements; always removes the slot.
 
         For a slot with a directory of its own (a jail's /box), `box`'s entries are moved in before the
-        command and back out after it, so consecutive commands of a job see the same files.
+        command and, when `keep`, back out after it, so consecutive commands of a job see the same files.
+        A slot whose storage is bounded (its own tmpfs, see storage.py) and full after the run reports it in
+        `storage_full`; so does a copy back that does not fit. StorageFull: the job's files do not fit the slot.
         """
         slot = self.slots.take()
         moved = False
@@ -206,10 +222,22 @@ class Runner:
             if box is not None and slot.box is not None:
                 _move_entries(box, slot.box)
                 moved = True
-            return self._run(slot, launch, command)
+            outcome = self._run(slot, launch, command)
+            if slot.storage is not None and slot.home is not None:
+                what = full(slot.home)
+                if what:
+                    outcome.storage_full = slot.storage.describe(what)
+            if moved and keep and box is not None and slot.box is not None:
+                moved = False
+                try:
+                    _move_entries(slot.box, box)
+                except StorageFull as exc:
+                    outcome.storage_full = outcome.storage_full or str(exc)
+            return outcome
         finally:
-            if moved and box is not None and slot.box is not None:
-                _move_entries(slot.box, box)
+            if moved and keep and box is not None and slot.box is not None:
+                with contextlib.suppress(OSError, StorageFull):
+                    _move_entries(slot.box, box)
             self.slots.release(slot)
 
     def _run(self, slot: Slot, launch: Launch, command: Command) -> Outcome:
@@ -411,10 +439,25 @@ def longest_cpu_wait_s(tids: list[int]) -> float:
     return longest / 1e9
 
 
+def runtime_out_of_memory(stderr: str, markers: tuple[str, ...]) -> bool:
+    """Whether a failed program's stderr shows its runtime stopping at the heap cap the sandbox gave it."""
+    return any(marker in stderr for marker in markers)
+
+
 def judge(
-    name: str, outcome: Outcome, limits: Limits, exit_code: int | None, signum: int | None, detail: str = ""
+    name: str,
+    outcome: Outcome,
+    limits: Limits,
+    exit_code: int | None,
+    signum: int | None,
+    detail: str = "",
+    oom_markers: tuple[str, ...] = (),
 ) -> CommandResult:
-    """The verdict for one command from measurements only (never from anything the program says about itself)."""
+    """The verdict for one command from measurements, and for a failed one, the language runtime's own words
+    about running out of the heap it was given (`oom_markers`, see languages.py): memory_limit either way.
+
+    The program could print those words itself, but only to turn its own failure into another failure.
+    """
     if outcome.kill_reason is not None and exit_code is None and signum is None:
         signum = signal.SIGKILL  # we killed it before it reported a status of its own
     failed = bool(exit_code) or signum is not None
@@ -435,6 +478,13 @@ def judge(
         verdict, why = Verdict.time_limit, f"CPU time passed {limits.cpu_s:g} s (RLIMIT_CPU)"
     elif signum == signal.SIGXFSZ:
         verdict, why = Verdict.output_limit, f"a file passed the file size limit of {limits.file_size_mb} MB"
+    elif outcome.storage_full:
+        verdict, why = Verdict.output_limit, outcome.storage_full
+    elif failed and oom_markers and runtime_out_of_memory(outcome.stderr.text(), oom_markers):
+        verdict, why = (
+            Verdict.memory_limit,
+            f"memory limit {limits.memory_mb} MB (the runtime ran out of memory)",
+        )
     elif failed and not outcome.cgroup and _looks_out_of_memory(outcome, limits):
         verdict, why = Verdict.memory_limit, f"memory limit {limits.memory_mb} MB (rlimit, no cgroup)"
     elif failed:
@@ -469,13 +519,26 @@ def sandbox_error(name: str, detail: str, wall_s: float = 0.0) -> CommandResult:
     return CommandResult(name=name, verdict=Verdict.sandbox_error, wall_s=wall_s, detail=detail)
 
 
+def clamp_job(job: Job, maxima: Maxima | None) -> Job:
+    """The job with every command's limits clamped to the operator's maxima."""
+    if maxima is None:
+        return job
+    commands = [c.model_copy(update={"limits": maxima.clamp(c.limits)}) for c in job.commands]
+    if all(new.limits is old.limits for new, old in zip(commands, job.commands, strict=True)):
+        return job
+    return job.model_copy(update={"commands": commands})
+
+
 def run_job(
     job: Job,
     backend: str,
     workdir_owner: tuple[int, int] | None,
     one: Callable[[Workdir, Command], CommandResult],
+    maxima: Maxima | None = None,
 ) -> Result:
-    """Create the working directory, run the commands in order with `one`, fetch files, always clean up."""
+    """Create the working directory, run the commands in order with `one` (their limits clamped to `maxima`),
+    fetch files, always clean up."""
+    job = clamp_job(job, maxima)
     try:
         workdir = Workdir.create(job, workdir_owner)
     except (OSError, ValueError) as exc:  # ValueError: a file's base64 content does not decode
@@ -484,9 +547,12 @@ def run_job(
         )
     results: list[CommandResult] = []
     try:
-        for command in job.commands:
+        for index, command in enumerate(job.commands):
+            workdir.keep_files = bool(job.fetch) or index < len(job.commands) - 1
             try:
                 result = one(workdir, command)
+            except StorageFull as exc:
+                result = CommandResult(name=command.name, verdict=Verdict.output_limit, detail=str(exc))
             except (CgroupError, SlotError) as exc:
                 result = sandbox_error(command.name, str(exc))
             except Exception as exc:  # noqa: BLE001 - a machinery failure is a result, never an exception
@@ -503,6 +569,11 @@ def run_job(
 
 
 def _move_entries(source: Path, target: Path) -> None:
-    """Move every entry of `source` into `target`: renames on one filesystem, else copies (links stay links)."""
-    for name in os.listdir(source):
-        shutil.move(source / name, target / name)
+    """Move every entry of `source` into `target`: renames on one filesystem, else a copy (storage.copy_tree,
+    StorageFull when it does not fit) and `source` emptied."""
+    if os.stat(source).st_dev == os.stat(target).st_dev:
+        for name in os.listdir(source):
+            os.rename(source / name, target / name)
+        return
+    copy_tree(source, target)
+    clear(source)

@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..cgroups import Cgroups, JobCgroup
+from ..storage import Storage, release_path
 
 log = logging.getLogger(__name__)
 
@@ -99,6 +100,7 @@ class Slot:
     target: int | None = None  # pid of the waiting shell that will exec the command (inside the jail)
     box: Path | None = None  # host directory mounted as the jail's working directory
     home: Path | None = None  # host directory owned by the slot, removed with it
+    storage: Storage | None = None  # the budget of the tmpfs mounted at `home`, when it is bounded
     born: float = field(default_factory=time.monotonic)
 
     @property
@@ -156,7 +158,10 @@ class Slot:
         if self.group is not None:
             self.group.remove()
         if self.home is not None:
-            shutil.rmtree(self.home, ignore_errors=True)
+            if self.storage is not None:
+                release_path(self.home)  # its tmpfs first: rmtree cannot remove a mount point
+            else:
+                shutil.rmtree(self.home, ignore_errors=True)
 
 
 def make_slot(cgroups: Cgroups | None, log_pipe: bool = False) -> Slot:
@@ -274,8 +279,14 @@ class SlotPool:
         slot.clean()
 
     def close(self) -> None:
-        """Stop refilling, wait for a slot being made, and discard every ready slot (also run at exit)."""
-        self._finalizer()
+        """Stop refilling, wait for a slot being made, and discard every ready slot (also run at exit).
+
+        The pool stays usable: a later `take` starts refilling again."""
+        with self._lock:
+            self._finalizer()
+            self._ready = _Ready()
+            self._thread = None
+            self._finalizer = weakref.finalize(self, self._ready.close)
 
     def _start(self) -> None:
         with self._lock:
