@@ -3,21 +3,86 @@
 from __future__ import annotations
 
 import asyncio
-from typing import Any, Literal
+import ctypes
+import threading
+from collections.abc import Callable
+from typing import Any, Literal, TypeVar
 
 from fastapi import APIRouter, Depends
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, StrictInt
 from starlette.responses import Response
 
 from proctor.api.rendering import json_response
 from proctor.api.responses import error_responses
 from proctor.api.state import ServiceState, get_state
+from proctor.contract import RequestError
 from proctor.environments.registry import MAX_SEED, Task, all_environments, get_environment
 
 router = APIRouter(prefix="/v1", tags=["environments"])
 
 MAX_HTTP_TASKS = 1_000
 """Tasks per request over HTTP (the CLI and in-process calls allow more); page with seed/count."""
+
+TASKS_DEADLINE_S = 120.0
+"""How long one tasks request may generate. 1,000 hard tasks of the slowest family take about a minute on one
+shared core; a config that makes generation slower than this gets a 422 instead of holding a thread."""
+
+T = TypeVar("T")
+
+
+class GenerationCancelled(BaseException):
+    """Raised inside a generation thread that passed its deadline (delivered asynchronously).
+
+    A BaseException, like KeyboardInterrupt, so a generator's own `except Exception` cannot swallow it.
+    """
+
+
+async def run_with_deadline(function: Callable[[], T], deadline_s: float) -> T:
+    """Run a CPU-bound function on a thread of its own; past the deadline, stop it and raise TimeoutError.
+
+    The event loop only awaits, so other requests are served meanwhile. Python cannot kill a thread, so the
+    thread is stopped by raising GenerationCancelled in it (`PyThreadState_SetAsyncExc`), which Python code
+    (every generator here) meets at its next bytecode; a long C call would finish first. A thread of its own,
+    rather than the shared executor, so that exception can only land in this generation.
+    """
+    loop = asyncio.get_running_loop()
+    done: asyncio.Future[T] = loop.create_future()
+    lock = threading.Lock()
+    running = True
+
+    def settle(error: BaseException | None, value: Any = None) -> None:
+        if done.done():
+            return
+        if error is not None:
+            done.set_exception(error)
+        else:
+            done.set_result(value)
+
+    def work() -> None:
+        nonlocal running
+        try:
+            try:
+                value, error = function(), None
+            except BaseException as exc:  # handed to the awaiting request, like asyncio.to_thread would
+                value, error = None, exc
+            with lock:
+                running = False
+            loop.call_soon_threadsafe(settle, error, value)
+        except GenerationCancelled:  # landed after the function returned: the deadline already answered
+            pass
+
+    thread = threading.Thread(target=work, name="proctor-tasks", daemon=True)
+    thread.start()
+    try:
+        return await asyncio.wait_for(asyncio.shield(done), deadline_s)
+    except (TimeoutError, asyncio.CancelledError):  # past the deadline, or the client went away
+        done.cancel()
+        with lock:
+            if running:
+                ctypes.pythonapi.PyThreadState_SetAsyncExc(
+                    ctypes.c_ulong(thread.ident or 0), ctypes.py_object(GenerationCancelled)
+                )
+        raise
 
 
 class EnvironmentInfo(BaseModel):
@@ -44,8 +109,8 @@ class TasksRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     split: Literal["train", "test"] = "train"
-    seed: int = Field(default=0, ge=0, le=MAX_SEED)
-    count: int = Field(default=1, ge=1, le=MAX_HTTP_TASKS)
+    seed: StrictInt = Field(default=0, ge=0, le=MAX_SEED)
+    count: StrictInt = Field(default=1, ge=1, le=MAX_HTTP_TASKS)
     difficulty: str | None = Field(
         default=None, description="A level name; default: the environment's default."
     )
@@ -86,12 +151,24 @@ async def describe_environment(name: str) -> Response:
     summary="Make tasks",
 )
 async def make_tasks(name: str, body: TasksRequest, state: ServiceState = Depends(get_state)) -> Response:
-    """Make `count` tasks of a split; each has a prompt, a reference for its verifier and metadata."""
+    """Make `count` tasks of a split; each has a prompt, a reference for its verifier and metadata.
+
+    Generation has a deadline (TASKS_DEADLINE_S); a request that would take longer is a 422.
+    """
     spec = get_environment(name)
     spec.resolve(body.difficulty, body.config)  # 422 naming the field before taking a slot
     async with state.admission.slot():
-        # Generation is CPU-bound (a sudoku is milliseconds): off the event loop.
-        tasks = await asyncio.to_thread(
-            spec.tasks, body.split, body.seed, body.count, body.difficulty, body.config
-        )
+        # Generation is CPU-bound (a sudoku is milliseconds): off the event loop, with a deadline.
+        try:
+            tasks = await run_with_deadline(
+                lambda: spec.tasks(body.split, body.seed, body.count, body.difficulty, body.config),
+                TASKS_DEADLINE_S,
+            )
+        except TimeoutError:
+            raise RequestError(
+                422,
+                f"making {body.count} {spec.name} tasks took longer than {TASKS_DEADLINE_S:g} s, the limit; "
+                "ask for fewer tasks (count) or a smaller config",
+                None,
+            ) from None
     return json_response({"environment": spec.name, "version": spec.version, "tasks": tasks})

@@ -73,6 +73,8 @@ def test_mix_over_http_names_each_tasks_verifier(live_server: str):
         ("puzzle.sudoku", {"count": 100_000}, 422, "count"),
         ("puzzle.sudoku", {"split": "validation"}, 422, "split"),
         ("puzzle.sudoku", {"seed": -1}, 422, "seed"),
+        ("puzzle.sudoku", {"seed": 2**53}, 422, "seed"),  # past what a double holds exactly
+        ("puzzle.sudoku", {"seed": 9223372036854776000}, 422, "seed"),
         ("puzzle.sudoku", {"extra": 1}, 422, "extra"),
         ("puzzle.mix", {"config": {"weights": {"nope": 1}}}, 422, "config.weights"),
         ("puzzle.mix", {"config": {"weights": {"sudoku": 0}}}, 422, "config.weights"),
@@ -148,3 +150,52 @@ def test_mix_is_deterministic_split_clean_and_weighted():
     assert not train_ids & {t.metadata["puzzle_id"] for t in first}
     only = env.tasks("train", 1, 20, config={"weights": {"puzzle.nonogram": 1, "maze": 0}})
     assert {t.verifier for t in only} == {"puzzle.nonogram"}
+
+
+# -- deadline ----------------------------------------------------------------------------------------
+
+
+async def test_slow_generation_hits_its_deadline_without_blocking_other_requests(monkeypatch):
+    import asyncio
+    import threading
+    import time
+
+    from proctor.api import environments as environments_api
+    from proctor.api.app import create_app
+    from proctor.settings import Settings
+
+    # 1,000 hard cryptarithms take about a minute; with a 1 s deadline the request must end at once.
+    monkeypatch.setattr(environments_api, "TASKS_DEADLINE_S", 1.0)
+    app = create_app(Settings(pool_workers=1))
+    transport = httpx.ASGITransport(app=app)
+    async with (
+        app.router.lifespan_context(app),
+        httpx.AsyncClient(transport=transport, base_url="http://t") as client,
+    ):
+        started = time.monotonic()
+        slow = asyncio.ensure_future(
+            client.post(
+                "/v1/environments/puzzle.cryptarithm/tasks", json={"count": 1000, "difficulty": "hard"}
+            )
+        )
+        await asyncio.sleep(0.2)
+        health = await client.get("/healthz")  # the event loop is free while the generator runs
+        assert health.status_code == 200 and not slow.done()
+        response = await slow
+        assert response.status_code == 422, response.text
+        error = response.json()["error"]
+        assert "longer than 1 s" in error["message"] and "count" in error["message"]
+        assert time.monotonic() - started < 10
+        deadline = time.monotonic() + 10  # the generating thread is stopped, not left running
+        while any(t.name == "proctor-tasks" for t in threading.enumerate()) and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        assert not any(t.name == "proctor-tasks" for t in threading.enumerate())
+        fine = await client.post("/v1/environments/puzzle.sudoku/tasks", json={"count": 2})
+        assert fine.status_code == 200 and len(fine.json()["tasks"]) == 2
+
+
+@pytest.mark.parametrize("body", [{"seed": False}, {"seed": True}, {"count": True}, {"seed": 1.0}])
+def test_task_seed_and_count_are_strict_integers(live_server: str, body: dict):
+    response = httpx.post(f"{live_server}/v1/environments/puzzle.sudoku/tasks", json=body, timeout=60)
+    assert response.status_code == 422, response.text
+    assert response.json()["error"]["field"] == next(iter(body))
