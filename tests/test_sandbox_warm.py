@@ -10,6 +10,7 @@ import time
 
 import pytest
 
+from proctor.sandboxes import warm_server
 from proctor.sandboxes.job import Backend, Limits, Verdict
 from proctor.sandboxes.languages import Submission
 from proctor.sandboxes.warm import WarmPython
@@ -456,3 +457,23 @@ def test_a_program_that_keeps_taking_its_server_down_is_reloaded_a_bounded_numbe
     assert all(r.result.verdict is Verdict.runtime_error and not r.returned for r in results)
     assert server.starts == 3
     assert "took its sandbox down 3 times" in results[-1].result.stderr
+
+
+def test_a_script_sees_only_the_names_it_is_given_and_its_setup(
+    scripts: WarmPython, calls: WarmPython
+) -> None:
+    # `poly` is the candidate's too, but only `add` is bound: the script's `poly` is the setup's, and `abs`
+    # stays the builtin even though a proxy could have been named so.
+    setup = "def poly(xs, x):\n    return -1\n"
+    text = "assert poly([1], 2) == -1\nassert abs(-2) == 2\nassert add(1, 1) == (2, 1)\n"
+    outcome = scripts.run_script(text, ["add"], relay(calls), setup=setup)
+    assert outcome.passed and outcome.calls == 1, outcome
+    # A name nothing defines ends the script with MISSING_NAME and a last line naming it; an
+    # UnboundLocalError is the script's own flow, an ordinary failure.
+    missing = scripts.run_script("assert poly([1], 2) == 1\n", ["add"], relay(calls))
+    assert missing.result.exit_code == warm_server.MISSING_NAME
+    assert missing.result.stderr.rstrip().endswith("proctor: the test script's name 'poly' is not defined")
+    local = scripts.run_script(
+        "def f():\n    if False:\n        y = 1\n    return y\nf()\n", [], relay(calls)
+    )
+    assert local.result.verdict is Verdict.runtime_error and local.result.exit_code == 1

@@ -4,8 +4,9 @@ Pipeline: extract the program (extract.py), compile it once (`Submission`; for t
 formats a warm `WarmPython`, or a `HarnessProgram` in the other languages), run every test in the sandbox, and judge each test in this process from plain
 data: captured stdout compared by a named preset (compare.py) or by a special-judge checker that runs in a
 sandbox of its own; call-format return values decoded as plain data and compared here; an assert script run
-in a second sandbox whose candidate names are proxies into the candidate's sandbox. The exit status of a
-program never decides a pass; a value that is not plain data (a forged `__eq__`, an `int` subclass) is a
+in a second sandbox where only the entry point (and the names the reference lists) are proxies into the
+candidate's sandbox (a candidate's `abs` never replaces the script's). The exit status of a program never
+decides a pass; a value that is not plain data (a forged `__eq__`, an `int` subclass) is a
 wrong answer.
 
 Formats: all three in all seven languages. `stdio` runs the program per test (compiled once; warm: one jail
@@ -1142,6 +1143,19 @@ _EXAMPLES = (
         _SUM_CALL,
         0.0,
         note="forged __eq__",
+    ),
+    Example(
+        _fence("def abs(x):\n    return 0\ndef add(a, b):\n    return 0\n"),
+        {
+            "language": "python",
+            "tests": {
+                "format": "assert_script",
+                "entry_point": "add",
+                "script": "assert abs(add(1, 2) - 3) == 0\nassert abs(add(2, 2) - 4) == 0\n",
+            },
+        },
+        0.0,
+        note="defines abs to replace the builtin the asserts use (the script sees only the entry point)",
     ),
     Example(
         _fence(
