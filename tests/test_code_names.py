@@ -196,6 +196,10 @@ def test_a_name_missing_only_at_run_time_is_the_references_fault_too():
     branchy = script("f", "if f(1) == 1:\n    helper = abs\nassert helper(-1) == 1\n")
     assert_one(score("def f(x):\n    return x\n", branchy))
     assert_zero(score("def f(x):\n    return 0\n", branchy))
+    # A name only the candidate's value brings in (a script that evals it) is not the reference's fault.
+    evals = script("f", "from math import *\nassert eval(f(1)) == 1\n")
+    assert_zero(score("def f(x):\n    return 'undefined_name'\n", evals))
+    assert_one(score("def f(x):\n    return 'floor(1.5)'\n", evals))
     local = script(
         "f", "def check(candidate):\n    if candidate(1) == 1:\n        y = 1\n    assert y == 1\n"
     )
@@ -223,6 +227,7 @@ def test_candidate_names_the_reference_lists_are_bound():
         ({"candidate_names": ["abs"]}, "abs"),
         ({"candidate_names": ["sorted"]}, "sorted"),
         ({"candidate_names": ["CandidateFailed"]}, "CandidateFailed"),
+        ({"candidate_names": ["__name__"]}, "__name__"),
         ({"candidate_names": ["poly"], "setup": "def poly(x):\n    return x\n"}, "poly"),
         ({"candidate_names": ["check"], "script": "def check(c):\n    assert c(1) == 1\n"}, "check"),
         ({"candidate_names": ["sqrt"], "script": "from math import sqrt\nassert f(1) == sqrt(1)\n"}, "sqrt"),

@@ -339,7 +339,7 @@ class AssertScriptTests(BaseModel):
                 "candidate would never be called"
             )
         for index, name in enumerate(self.candidate_names):
-            if name in BUILTIN_NAMES or name in RESERVED_NAMES:
+            if name in BUILTIN_NAMES or name in RESERVED_NAMES or name in MODULE_NAMES:
                 raise ValueError(
                     f"tests.candidate_names[{index}]: {name!r} is a builtin; a candidate's {name} must never "
                     "replace the script's"
@@ -786,9 +786,10 @@ class Judge:
             outcome = tester.run_script(script, names, on_call, setup=tests.setup, limits=SCRIPT_LIMITS)
         result = outcome.result
         unknown = missing_name(result)
-        if unknown is not None and unknown not in found.bound:
-            # A name nobody binds anywhere (the static check cannot see through a star import or exec, and
-            # the sandbox's builtins may differ): the reference's fault, whatever the candidate returned.
+        if unknown is not None and unknown in found.loaded and unknown not in found.bound:
+            # A name the script's own text reads and nobody binds anywhere (the static check cannot see through
+            # a star import or exec, and the sandbox's builtins may differ): the reference's fault. A name that
+            # only a candidate's value brought in (a script that evals it) is the candidate's wrong answer.
             raise CheckerFailure(_missing_message([unknown]))
         if outcome.failed_call is not None:
             called = outcome.failed_call
