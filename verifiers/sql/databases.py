@@ -23,7 +23,7 @@ from proctor.cache import LRUCache
 from proctor.io import dataset_roots
 from proctor.settings import get_settings
 from proctor.verifiers.sql.compare import GoldResult, Result, decode_row
-from proctor.verifiers.sql.workers import Mounts, WorkerError, shared_pool
+from proctor.verifiers.sql.workers import Mounts, WallClockOverrun, WorkerError, shared_pool
 
 DB_ID = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
 MEMORY_CACHE = 1024
@@ -172,6 +172,8 @@ def run_sqlite(path: Path, sql: str, timeout_s: float, max_rows: int, max_bytes:
         return Result(list(reply["columns"]), [decode_row(row) for row in reply["rows"]])
     if reply.get("error") in ("open_error", "bad_request"):
         raise WorkerError(reply.get("message", "worker could not open the database"))
+    if reply.get("error") == "wall_limit":  # the machine, not the query: a timeout, never a time_limit
+        raise WallClockOverrun(str(reply.get("message", "the query passed the wall-clock backstop")))
     return Failure(str(reply.get("error")), str(reply.get("message", "")))
 
 

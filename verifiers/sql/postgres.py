@@ -4,6 +4,11 @@ Connections come from PROCTOR_SQL_POSTGRES (name -> DSN) and should use a role t
 runs in its own READ ONLY transaction, through a server-side cursor (DECLARE ... CURSOR FOR accepts only a
 query, and one), with `statement_timeout` set for that transaction, and is rolled back afterwards; rows are
 fetched in chunks up to the row and byte caps. One connection per name per process, reopened after an error.
+
+Time limit: `statement_timeout` is wall-clock time measured by the server, not CPU time as for SQLite, code
+and Verilog. PostgreSQL has no per-statement CPU limit, and the backend process's CPU time is not visible to
+a client with a read-only role, so on a busy server a query can get a time_limit it would not get on an idle
+one. Give the PostgreSQL references a server that is not oversubscribed, or a generous `timeout_s`.
 """
 
 from __future__ import annotations

@@ -3,16 +3,23 @@
 Standard library only, because it runs under the system Python inside an nsjail jail (or, with the `local`
 sandbox backend, as a plain subprocess). One request per line:
 
-    {"db": "/db/x/x.sqlite", "sql": "SELECT ...", "timeout_s": 2.0, "max_rows": 100000, "max_bytes": 64000000}
+    {"db": "/db/x/x.sqlite", "sql": "SELECT ...", "timeout_s": 2.0, "wall_s": 8.0, "max_rows": 100000,
+     "max_bytes": 64000000}
 
-One reply per line: {"ok": true, "columns": [...], "rows": [[...], ...]} or {"ok": false, "error": CODE,
-"message": "..."} with CODE one of runtime_error, time_limit, too_large, not_allowed. Blobs travel as
-{"$b": hex}; floats keep their type (json writes 1.0, not 1), NaN and infinities as json's NaN/Infinity.
+One reply per line: {"ok": true, "columns": [...], "rows": [[...], ...], "ms": ..., "cpu_ms": ...} or
+{"ok": false, "error": CODE, "message": "..."} with CODE one of runtime_error, time_limit, wall_limit,
+too_large, not_allowed. Blobs travel as {"$b": hex}; floats keep their type (json writes 1.0, not 1), NaN and
+infinities as json's NaN/Infinity.
+
+`timeout_s` is CPU time: the progress handler stops the query when this process's CPU time
+(`time.process_time`) has grown by more than it (`time_limit`). `wall_s` is only a backstop for a machine so
+busy that the query does not get its CPU: stopped there, the reply is `wall_limit`, not the query's fault.
 
 Every connection is opened `mode=ro&immutable=1` (SQLite never writes or locks the file), with `query_only`,
 an in-memory temp store, no attached databases, tight length limits, and an authorizer that allows only
 reading tables, SELECT, recursive CTEs and an allow-list of deterministic functions. A progress handler stops
-a query at its deadline, also while rows are being fetched, and fetching stops at the row and byte caps.
+a query at its CPU-time limit (or the wall backstop), also while rows are being fetched, and fetching stops at
+the row and byte caps.
 """
 
 from __future__ import annotations
@@ -174,7 +181,9 @@ class Databases:
 
     def __init__(self) -> None:
         self.connections: dict[str, sqlite3.Connection] = {}
-        self.deadline = 0.0
+        self.cpu_deadline = 0.0  # time.process_time()
+        self.wall_deadline = 0.0  # time.monotonic()
+        self.stopped = ""  # "cpu" or "wall" once the progress handler has interrupted the query
 
     def get(self, path: str) -> sqlite3.Connection:
         """A hardened connection to the database at path (opened once)."""
@@ -201,8 +210,14 @@ class Databases:
         return conn
 
     def progress(self) -> int:
-        """Non-zero interrupts the running statement: the query's deadline passed."""
-        return 1 if time.monotonic() > self.deadline else 0
+        """Non-zero interrupts the running statement: its CPU time is spent, or the wall backstop passed."""
+        if time.process_time() > self.cpu_deadline:
+            self.stopped = "cpu"
+            return 1
+        if time.monotonic() > self.wall_deadline:
+            self.stopped = "wall"
+            return 1
+        return 0
 
 
 def cell(value: object) -> object:
@@ -222,14 +237,15 @@ def cell_bytes(value: object) -> int:
 def run(dbs: Databases, request: dict) -> dict:
     """Run one query and return its reply."""
     timeout_s = float(request.get("timeout_s", 2.0))
+    wall_s = float(request.get("wall_s") or 3 * timeout_s + 2)
     max_rows = int(request.get("max_rows", 100_000))
     max_bytes = int(request.get("max_bytes", 64_000_000))
     try:
         conn = dbs.get(request["db"])
     except sqlite3.Error as exc:
         return {"ok": False, "error": "open_error", "message": f"cannot open {request['db']}: {exc}"}
-    started = time.monotonic()
-    dbs.deadline = started + timeout_s
+    started, cpu_started = time.monotonic(), time.process_time()
+    dbs.cpu_deadline, dbs.wall_deadline, dbs.stopped = cpu_started + timeout_s, started + wall_s, ""
     rows: list[list[object]] = []
     size = 0
     try:
@@ -253,8 +269,20 @@ def run(dbs: Databases, request: dict) -> dict:
         return {"ok": False, "error": exc.code, "message": str(exc)}
     except sqlite3.DatabaseError as exc:
         message = str(exc)
-        if time.monotonic() > dbs.deadline or "interrupted" in message:
-            return {"ok": False, "error": "time_limit", "message": f"query ran past {timeout_s} s"}
+        cpu = time.process_time() - cpu_started
+        if dbs.stopped == "wall":
+            return {
+                "ok": False,
+                "error": "wall_limit",
+                "message": f"query stopped at the {wall_s:g} s wall-clock backstop after only {cpu:.2f} CPU s "
+                f"(limit {timeout_s:g} CPU s): the machine is oversubscribed",
+            }
+        if dbs.stopped == "cpu" or "interrupted" in message:
+            return {
+                "ok": False,
+                "error": "time_limit",
+                "message": f"query used more than {timeout_s:g} CPU s",
+            }
         code = "not_allowed" if "not authorized" in message or "prohibited" in message else "runtime_error"
         return {"ok": False, "error": code, "message": message[:500]}
     except (sqlite3.Warning, sqlite3.ProgrammingError, ValueError, OverflowError) as exc:
@@ -262,7 +290,13 @@ def run(dbs: Databases, request: dict) -> dict:
     except MemoryError:
         rows.clear()
         return {"ok": False, "error": "too_large", "message": "result exceeded the worker's memory"}
-    return {"ok": True, "columns": columns, "rows": rows, "ms": round((time.monotonic() - started) * 1000, 3)}
+    return {
+        "ok": True,
+        "columns": columns,
+        "rows": rows,
+        "ms": round((time.monotonic() - started) * 1000, 3),
+        "cpu_ms": round((time.process_time() - cpu_started) * 1000, 3),
+    }
 
 
 def main() -> None:

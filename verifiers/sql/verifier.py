@@ -20,6 +20,7 @@ from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, field_val
 
 from proctor.contract import Status, Verdict
 from proctor.registry import BaseOptions, Example, VerifierSpec, register_verifier
+from proctor.settings import get_settings
 from proctor.verifiers.sql import compare
 from proctor.verifiers.sql.compare import GoldResult, Outcome, Result
 from proctor.verifiers.sql.databases import (
@@ -44,7 +45,7 @@ from proctor.verifiers.sql.extract import (
     spider_postprocess,
 )
 from proctor.verifiers.sql.perturb import perturbed_copy
-from proctor.verifiers.sql.workers import WorkerError
+from proctor.verifiers.sql.workers import WallClockOverrun, WorkerError
 
 VERSION = "1.0.0"
 MAX_BYTES = 64 * 1024 * 1024
@@ -126,8 +127,20 @@ class SqlOptions(BaseOptions):
     perturbations: int = Field(
         0, ge=0, le=8, description="Also match on this many perturbed copies of the database (SQLite)."
     )
-    timeout_s: float = Field(2.0, gt=0, le=30, description="Time limit of the predicted query, per database.")
-    gold_timeout_s: float = Field(10.0, gt=0, le=60, description="Time limit of a gold query.")
+    timeout_s: float = Field(
+        2.0,
+        gt=0,
+        le=30,
+        description="Time limit of the predicted query, per database: CPU seconds on SQLite (a wall-clock "
+        "backstop of 3x + 2 s guards an oversubscribed machine, status timeout); PostgreSQL's "
+        "statement_timeout, which is wall-clock on the server. At most PROCTOR_SANDBOX_MAX_CPU_S.",
+    )
+    gold_timeout_s: float = Field(
+        10.0,
+        gt=0,
+        le=60,
+        description="Time limit of a gold query (as timeout_s). At most PROCTOR_SANDBOX_MAX_CPU_S.",
+    )
     max_rows: int = Field(100_000, ge=1, le=1_000_000, description="Rows fetched at most; more is too_large.")
     keep_distinct: bool = Field(False, description="spider_ts: keep DISTINCT (Spider strips it by default).")
     test_suite: bool = Field(
@@ -138,6 +151,14 @@ class SqlOptions(BaseOptions):
     reward: Literal["match", "cell_f1", "tuple_f1"] = Field(
         "match", description="match: 0/1; cell_f1/tuple_f1: that component is the reward of a mismatch."
     )
+
+    @field_validator("timeout_s", "gold_timeout_s")
+    @classmethod
+    def _within_cpu_maximum(cls, value: float) -> float:
+        most = get_settings().sandbox_max_cpu_s
+        if value > most:
+            raise ValueError(f"at most {most:g} seconds (the operator's PROCTOR_SANDBOX_MAX_CPU_S)")
+        return value
 
 
 class _Target:
@@ -170,7 +191,9 @@ class _Target:
             self.identity = f"sqlite:{db_hash}:{k}"
 
     def run(self, sql: str, timeout_s: float, max_rows: int) -> Result | Failure:
-        """Run sql here; WorkerError when the machinery fails."""
+        """Run sql here; WorkerError when the machinery fails. The time limit is at most the operator's
+        PROCTOR_SANDBOX_MAX_CPU_S (asked-for options above it are 422s; this bounds the defaults)."""
+        timeout_s = min(timeout_s, get_settings().sandbox_max_cpu_s)
         if self.path is not None:
             return run_sqlite(self.path, sql, timeout_s, max_rows, MAX_BYTES)
         from proctor.verifiers.sql.postgres import run_postgres
@@ -302,6 +325,8 @@ def score_sql(response: str, reference: SqliteReference | PostgresReference, opt
         return _score(response, reference, options)
     except GoldFailed as exc:
         return Verdict.failure(Status.verifier_error, "gold_failed", error=str(exc))
+    except WallClockOverrun as exc:
+        return Verdict.failure(Status.timeout, "wall_clock_backstop", error=str(exc))
     except (WorkerError, ConfigError, OSError) as exc:
         return Verdict.failure(
             Status.verifier_error, "sql_backend_error", error=f"{type(exc).__name__}: {exc}"

