@@ -66,6 +66,13 @@ def test_number_tokens_still_parse_as_before():
     assert compare_float("1.2.3", "1.2") is not None and compare_float("1e", "1") is not None
 
 
+@pytest.mark.parametrize("digits", ["３.0", "٣", "۳", "३", "𝟑", "３e0", "3.０", "³"])
+def test_float_compare_counts_only_ascii_digits(digits: str):
+    # float() reads these as 3; a program that prints them did not print the expected number.
+    assert compare_float(digits, "3") is not None
+    assert compare_float("3.0000001", "3") is None
+
+
 def test_java_classes_after_the_linear_rewrite():
     source = '/* class X */ public final class Foo { // class Y\n String s = "class Z {"; }\n'
     assert java_classes(source) == ("Foo", "Foo")

@@ -26,8 +26,9 @@ CompareName = Literal["tokens", "lines", "exact", "float"]
 DEFAULT_FLOAT_TOLERANCE = 1e-6
 CLIP = 80
 # Each part starts with its own character class, so a failed match backtracks in linear time (`\d+\.?\d*` was
-# quadratic on a long run of digits that is not a number, and the output is the candidate's).
-_NUMBER = re.compile(r"[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?")
+# quadratic on a long run of digits that is not a number, and the output is the candidate's). ASCII digits
+# only: float() also reads full-width, Arabic-Indic and mathematical digits, which no judge's output contains.
+_NUMBER = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
 
 
 def clip(text: str, limit: int = CLIP) -> str:
