@@ -308,9 +308,15 @@ def tool_message(result: CommandResult | None) -> str:
 
 
 def tool_limits(cpu_s: float, options: VerilogOptions, output_mb: int = 4) -> Limits:
-    """Limits for one tool run."""
+    """Limits for one tool run, within the operator's maxima (asked-for options above them are 422s; this
+    also bounds the defaults and the candidate's testbench floor)."""
+    settings = get_settings()
     return TOOL_LIMITS.model_copy(
-        update={"cpu_s": cpu_s, "memory_mb": options.memory_mb, "output_bytes": output_mb * MIB}
+        update={
+            "cpu_s": min(cpu_s, settings.sandbox_max_cpu_s),
+            "memory_mb": min(options.memory_mb, settings.sandbox_max_memory_mb),
+            "output_bytes": output_mb * MIB,
+        }
     )
 
 
