@@ -41,7 +41,7 @@ from starlette.responses import Response
 
 from proctor.adapters.openrlhf import label_request, reward_payload, strip_prompt
 from proctor.api.rendering import json_response
-from proctor.api.responses import error_responses
+from proctor.api.responses import VERIFIER_REFERENCE, error_responses, server_validated
 from proctor.api.state import ServiceState, get_state
 from proctor.contract import ItemError, RequestError, Score
 from proctor.engine import prepare
@@ -56,9 +56,12 @@ class OpenRLHFRequest(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
     query: list[str] = Field(description="Prompt + response text, as OpenRLHF decodes it.")
-    prompts: list[str] = Field(description="The prompt of each query; removed from its start when present.")
+    prompts: list[str] = Field(
+        description="The prompt of each query (as many as queries); removed from its start when present."
+    )
     labels: list[str | dict[str, Any]] = Field(
-        description='A gold answer for the default verifier, or JSON {"verifier", "reference", "options"?}.'
+        description='One per query: a gold answer for the default verifier, or JSON {"verifier", "reference", '
+        '"options"?}.'
     )
 
 
@@ -128,6 +131,11 @@ def label_error(exc: RequestError, label_field: str, structured: bool) -> Reques
     response_model=OpenRLHFResponse,
     responses=error_responses(400, 401, 404, 413, 422, 429, 503),
     summary="OpenRLHF remote reward",
+    openapi_extra=server_validated(
+        labels="A plain label is the default verifier's reference; a label object's reference and options are "
+        "its verifier's. " + VERIFIER_REFERENCE,
+        prompts="Needs one item per query.",
+    ),
 )
 async def openrlhf_get_reward(
     body: OpenRLHFRequest,
@@ -176,6 +184,10 @@ async def openrlhf_get_reward(
     response_model=float | None,
     responses=error_responses(400, 401, 404, 413, 422, 429, 503),
     summary="slime remote reward",
+    openapi_extra=server_validated(
+        label="A plain label is the default verifier's reference; a label object's reference and options are "
+        "its verifier's. " + VERIFIER_REFERENCE,
+    ),
 )
 async def slime_reward(
     body: SlimeRequest,

@@ -9,13 +9,13 @@ from collections.abc import Callable
 from typing import Any, Literal, TypeVar
 
 from fastapi import APIRouter, Depends
-from pydantic import BaseModel, ConfigDict, Field, StrictInt
+from pydantic import BaseModel, ConfigDict, Field
 from starlette.responses import Response
 
 from proctor.api.rendering import json_response
-from proctor.api.responses import error_responses
+from proctor.api.responses import error_responses, server_validated
 from proctor.api.state import ServiceState, get_state
-from proctor.contract import RequestError
+from proctor.contract import JsonInt, RequestError
 from proctor.environments.registry import MAX_SEED, Task, all_environments, get_environment
 
 router = APIRouter(prefix="/v1", tags=["environments"])
@@ -109,8 +109,8 @@ class TasksRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     split: Literal["train", "test"] = "train"
-    seed: StrictInt = Field(default=0, ge=0, le=MAX_SEED)
-    count: StrictInt = Field(default=1, ge=1, le=MAX_HTTP_TASKS)
+    seed: JsonInt = Field(default=0, ge=0, le=MAX_SEED)
+    count: JsonInt = Field(default=1, ge=1, le=MAX_HTTP_TASKS)
     difficulty: str | None = Field(
         default=None, description="A level name; default: the environment's default."
     )
@@ -149,6 +149,12 @@ async def describe_environment(name: str) -> Response:
     response_model=TasksResponse,
     responses=error_responses(400, 401, 404, 413, 422, 429),
     summary="Make tasks",
+    openapi_extra=server_validated(
+        difficulty="Environment-specific: one of the environment's difficulty_levels (GET /v1/environments/{name}).",
+        config="Environment-specific: validated against the environment's config_schema; a config no task can be "
+        "made for is a 422 too.",
+        count=f"Generation has a deadline ({TASKS_DEADLINE_S:g} s): a request that passes it is a 422 naming count.",
+    ),
 )
 async def make_tasks(name: str, body: TasksRequest, state: ServiceState = Depends(get_state)) -> Response:
     """Make `count` tasks of a split; each has a prompt, a reference for its verifier and metadata.
@@ -169,6 +175,6 @@ async def make_tasks(name: str, body: TasksRequest, state: ServiceState = Depend
                 422,
                 f"making {body.count} {spec.name} tasks took longer than {TASKS_DEADLINE_S:g} s, the limit; "
                 "ask for fewer tasks (count) or a smaller config",
-                None,
+                "count",
             ) from None
     return json_response({"environment": spec.name, "version": spec.version, "tasks": tasks})

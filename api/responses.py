@@ -50,3 +50,26 @@ def error_responses(*codes: int) -> dict[int | str, dict[str, Any]]:
         503: "Scoring failed under on_failure=raise, or the service is shutting down.",
     }
     return {code: {"model": ErrorResponse, "description": meaning[code]} for code in codes}
+
+
+SERVER_VALIDATED = "x-server-validated"
+"""OpenAPI extension on an operation: {field: why} for fields whose rules the schema cannot express."""
+
+
+def server_validated(**fields: str) -> dict[str, Any]:
+    """`openapi_extra` naming the fields a schema-valid request may still be rejected on, and why.
+
+    A request the schema allows is accepted, except for a 422 whose `error.field` is one of these fields or a
+    path below it (a verifier's reference, an environment's config ...). Dotted names are written with `__`.
+    """
+    return {SERVER_VALIDATED: {name.replace("__", "."): why for name, why in fields.items()}}
+
+
+VERIFIER_REFERENCE = (
+    "Verifier-specific: validated against the verifier's reference_schema (GET /v1/verifiers/{name}); "
+    "lists and objects may nest at most 200 levels."
+)
+VERIFIER_OPTIONS = (
+    "Verifier-specific: validated against the verifier's options_schema (GET /v1/verifiers/{name}); "
+    "lists and objects may nest at most 200 levels."
+)

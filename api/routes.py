@@ -6,7 +6,13 @@ from fastapi import APIRouter, Depends
 from starlette.responses import Response
 
 from proctor.api.rendering import json_response
-from proctor.api.responses import VerifierInfo, error_responses
+from proctor.api.responses import (
+    VERIFIER_OPTIONS,
+    VERIFIER_REFERENCE,
+    VerifierInfo,
+    error_responses,
+    server_validated,
+)
 from proctor.api.state import ServiceState, get_state
 from proctor.contract import BatchRequest, BatchResponse, RequestError, Score, ScoreRequest
 from proctor.engine import prepare
@@ -20,6 +26,11 @@ router = APIRouter(prefix="/v1", tags=["scoring"])
     response_model=Score,
     responses=error_responses(400, 401, 404, 413, 422, 429),
     summary="Score one response",
+    openapi_extra=server_validated(
+        reference=VERIFIER_REFERENCE,
+        options=VERIFIER_OPTIONS,
+        response="A chat transcript may nest at most 200 levels.",
+    ),
 )
 async def score(body: ScoreRequest, state: ServiceState = Depends(get_state)) -> Response:
     """Score one response against its reference; a machinery failure is a Score with a non-ok status."""

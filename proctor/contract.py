@@ -3,12 +3,22 @@
 from __future__ import annotations
 
 from enum import Enum
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationError
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
 
-RequestId = str | StrictInt | None
-"""A request's id: a string or an integer (never a bool or a float), echoed back in its Score."""
+
+def _not_a_bool(value: Any) -> Any:
+    if isinstance(value, bool):
+        raise ValueError("Input should be a valid integer, not a boolean")
+    return value
+
+
+JsonInt = Annotated[int, BeforeValidator(_not_a_bool)]
+"""An integer as JSON Schema's "integer" means it: 3 or 3.0, never `true`/`false` (pydantic reads a bool as 0/1)."""
+
+RequestId = str | JsonInt | None
+"""A request's id: a string or an integer (never a bool), echoed back in its Score."""
 
 MAX_NESTING = 200
 """How deep lists and objects may nest in a request's reference, options or chat response (the value itself is
@@ -44,8 +54,16 @@ class ScoreRequest(BaseModel):
         min_length=1, max_length=200, description="Registered verifier name, e.g. 'text.match'."
     )
     response: str | list[ChatMessage] = Field(description="The model's response, or a chat transcript.")
-    reference: Any = Field(default=None, description="Verifier-specific reference (gold answer, tests, ...).")
-    options: dict[str, Any] = Field(default_factory=dict, description="Verifier-specific overrides.")
+    reference: Any = Field(
+        default=None,
+        description="Verifier-specific reference (gold answer, tests, ...): see the verifier's reference_schema. "
+        f"Lists and objects may nest at most {MAX_NESTING} levels.",
+    )
+    options: dict[str, Any] = Field(
+        default_factory=dict,
+        description="Verifier-specific overrides: see the verifier's options_schema. "
+        f"Lists and objects may nest at most {MAX_NESTING} levels.",
+    )
     id: RequestId = Field(default=None, description="Echoed back in the Score.")
 
 

@@ -394,3 +394,4 @@ def test_request_id_is_a_string_or_an_integer(engine, bad_id):
     with pytest.raises(RequestError) as info:
         engine.score(req("ok", id=bad_id))
     assert (info.value.status, info.value.field) == (422, "id")
+    assert engine.score(req("ok", id=2.0)).id == 2  # JSON Schema's "integer" includes 2.0
