@@ -37,7 +37,8 @@ full sandbox queue is an API error (-1) in verl, so size PROCTOR_SANDBOX_QUEUE f
 without PROCTOR_TOKEN (loopback).
 
 Operator maxima: `run_timeout` and `compile_timeout` above PROCTOR_SANDBOX_MAX_CPU_S, or `memory_limit_MB` above
-PROCTOR_SANDBOX_MAX_MEMORY_MB, are a 422 naming the field. The job's files (the code, `files`, whatever the
+PROCTOR_SANDBOX_MAX_MEMORY_MB, are a 422 naming the field (a default the request left out is lowered to the
+maximum instead). The job's files (the code, `files`, whatever the
 program writes) are bounded by PROCTOR_SANDBOX_MAX_FILES and PROCTOR_SANDBOX_MAX_DISK_MB on nsjail and docker;
 past them the run's verdict is output_limit (status "Failed", return code -9). The `local` backend cannot bound
 them.
@@ -189,8 +190,11 @@ def build_job(body: RunCodeRequest, maxima: Maxima | None = None) -> Job:
         ("memory_limit_MB", body.memory_limit_MB, maxima.memory_mb, "MB"),
     ):
         message = over_maximum(field, value, maximum, unit)
-        if message is not None:
+        if message is not None and field in body.model_fields_set:
             raise RequestError(422, message, field)
+    # A default the request did not choose (10 s, 1024 MB) is lowered to the maximum rather than refused.
+    compile_timeout = min(body.compile_timeout, maxima.cpu_s)
+    run_timeout = min(body.run_timeout, maxima.cpu_s)
     try:
         language = get_language(body.language)
     except KeyError:
@@ -205,12 +209,12 @@ def build_job(body: RunCodeRequest, maxima: Maxima | None = None) -> Job:
     if language.compiled:
         # compile_timeout is the compiler's CPU time; its memory stays the language's compile limit.
         base = language.compile_limits
-        wall_s = max(base.wall_backstop_s, 2 * body.compile_timeout + 1)
-        limits = base.model_copy(update={"cpu_s": body.compile_timeout, "wall_s": wall_s})
+        wall_s = max(base.wall_backstop_s, 2 * compile_timeout + 1)
+        limits = base.model_copy(update={"cpu_s": compile_timeout, "wall_s": wall_s})
         compile_command = language.compile_command(body.code, limits)
         assert compile_command is not None  # language.compiled
         commands.append(compile_command)
-    run_limits = Limits(cpu_s=body.run_timeout, memory_mb=memory_mb)
+    run_limits = Limits(cpu_s=run_timeout, memory_mb=memory_mb)
     commands.append(language.run_command(body.code, body.stdin or "", run_limits, name="run"))
     return Job(
         files=[*files, File(path=source_name, content=body.code)],

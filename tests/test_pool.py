@@ -175,3 +175,63 @@ def test_close_releases_callers_blocked_on_a_full_queue():
         thread.join(timeout=10)
     assert not any(thread.is_alive() for thread in threads), "a caller stayed blocked after close()"
     assert outcomes.count("closed") == 3
+
+
+LEAKY_PLUGIN = '''
+import os, time
+from proctor.contract import Verdict
+from proctor.registry import VerifierSpec, register_verifier
+
+
+def _leaky(response, reference, options):
+    """Starts a real nsjail job that sleeps, then records this worker's pid: the pool kills it mid-job."""
+    from proctor.sandboxes.backends.nsjail import NsjailBackend
+    from proctor.sandboxes.job import Command, Job, Limits
+
+    backend = NsjailBackend(warm=1)
+    with open(reference, "w") as handle:
+        handle.write(str(os.getpid()))
+    backend.run(Job(commands=[Command(argv=["/bin/sleep", response], limits=Limits(cpu_s=1, wall_s=600))]))
+    return Verdict.right()
+
+
+register_verifier(
+    VerifierSpec(name="test.leaky_sandbox", version="1", score=_leaky, reference=str, execution="pool", deadline_s=1.0)
+)
+'''
+
+
+def _leftovers(pid: int) -> list[str]:
+    """What process `pid` still has on the host: cgroups, private directories, mounts, processes."""
+    from pathlib import Path
+
+    from proctor.sandboxes.backends.runner import work_base
+    from proctor.sandboxes.cgroups import Cgroups
+
+    found = [str(c) for parent in Cgroups().parent_dirs() if parent.is_dir() for c in parent.glob(f"{pid}-*")]
+    found += [str(d) for d in work_base().glob(f"proctor-*-{pid}-*")]
+    found += [line for line in Path("/proc/self/mountinfo").read_text().splitlines() if f"-{pid}-" in line]
+    return found
+
+
+def test_a_killed_worker_leaves_no_sandbox_cgroups_directories_or_programs(tmp_path):
+    from proctor.sandboxes.backends.nsjail import NsjailBackend
+    from tests.sandbox_helpers import processes_with
+
+    ok, why = NsjailBackend(warm=0).available()
+    if not ok:
+        pytest.skip(f"nsjail unavailable: {why}")
+    (tmp_path / "leaky_sandbox_plugin.py").write_text(LEAKY_PLUGIN)
+    sys.path.insert(0, str(tmp_path))
+    marker = f"{4000 + os.getpid() % 1000}.{time.monotonic_ns() % 10**6}"
+    pid_file = tmp_path / "worker.pid"
+    try:
+        with WorkerPool(1, memory_mb=1024, queue_size=2, plugins="leaky_sandbox_plugin") as pool:
+            future = pool.submit("test.leaky_sandbox", (marker, str(pid_file), None), 8.0)
+            verdict = future.result(timeout=60)
+            assert verdict.status is Status.timeout
+            worker = int(pid_file.read_text())
+            assert _leftovers(worker) == []
+            assert processes_with(f"sleep\0{marker}") == []  # the jailed program died with its cgroup
+    finally:
+        sys.path.remove(str(tmp_path))

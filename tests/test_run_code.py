@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -480,3 +481,75 @@ def test_no_run_result_without_a_failure_is_a_sandbox_error() -> None:
     compiled = CommandResult(name="compile", verdict=Verdict.ok, exit_code=0)
     answer = to_response(Result(backend="nsjail", commands=[compiled])).model_dump(mode="json")
     assert answer["status"] == "SandboxError" and answer["run_result"] is None
+
+
+# -- operator maxima, bounded files, runtime out-of-memory, clean shutdown (issue 14) ------------------
+
+
+def test_limits_above_the_operator_maxima_are_422_naming_the_field(server: str) -> None:
+    host_mb = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // (1024 * 1024)
+    base = {"code": "print(1)", "language": "python"}
+    # The defaults: half the host's memory, 60 CPU seconds.
+    message = assert_error(
+        post(server, {**base, "memory_limit_MB": min(65536, host_mb)}), 422, "memory_limit_MB"
+    )
+    assert "maximum" in message
+    assert_error(post(server, {**base, "run_timeout": 61}), 422, "run_timeout")
+    assert_error(post(server, {**base, "language": "cpp", "compile_timeout": 600}), 422, "compile_timeout")
+    assert (
+        post(server, {**base, "run_timeout": 60, "memory_limit_MB": host_mb // 4}).json()["status"]
+        == "Success"
+    )
+
+
+def test_operator_maxima_are_settings(tmp_path: Path) -> None:
+    process = start(tmp_path, PROCTOR_SANDBOX_MAX_CPU_S=2, PROCTOR_SANDBOX_MAX_MEMORY_MB=512)
+    try:
+        base = {"code": "print(1)", "language": "python"}
+        assert_error(post(process.base_url, {**base, "run_timeout": 3}), 422, "run_timeout")
+        assert_error(post(process.base_url, {**base, "memory_limit_MB": 513}), 422, "memory_limit_MB")
+        # Defaults the request left out (10 s, 1024 MB) are lowered to the maxima rather than refused.
+        answer = post(process.base_url, base).json()
+        assert answer["status"] == "Success", answer
+    finally:
+        process.stop()
+
+
+def test_a_file_count_bomb_is_failed_with_output_limit(server: str) -> None:
+    # 20,000 empty files: twice PROCTOR_SANDBOX_MAX_FILES' default, in well under a CPU second.
+    code = "import os\nfor i in range(20_000):\n    open(f'f{i}', 'w').close()\nprint('done')\n"
+    answer = call_verl(server, code, "")
+    assert answer["status"] == "Failed", answer
+    assert answer["message"].startswith("run: output_limit"), answer["message"]
+    assert answer["run_result"]["return_code"] != 0
+    assert verl_outcome(answer, "done") == -2
+
+
+def test_java_out_of_memory_error_is_memory_limit(server: str) -> None:
+    code = (
+        "import java.util.*;\npublic class Main { public static void main(String[] a) {\n"
+        "  List<long[]> keep = new ArrayList<>(); while (true) keep.add(new long[1 << 20]); } }\n"
+    )
+    answer = call_verl(server, code, "", language="java", memory_mb=256)
+    assert answer["status"] == "Failed", answer
+    assert "java.lang.OutOfMemoryError" in answer["run_result"]["stderr"]
+    assert answer["message"].startswith("run: memory_limit"), answer["message"]
+
+
+def test_sigterm_leaves_no_sandbox_directories_mounts_or_cgroups(tmp_path: Path) -> None:
+    from proctor.sandboxes.backends.runner import work_base
+    from proctor.sandboxes.cgroups import Cgroups
+
+    process = start(tmp_path, PROCTOR_SANDBOX_WORKERS=1)
+    pid = process.process.pid
+    try:
+        assert call_verl(process.base_url, "print(1)", "")["status"] == "Success"
+        assert list(work_base().glob(f"proctor-*-{pid}-*")) != []  # warm slots and the jail's /etc
+    finally:
+        process.stop()  # SIGTERM
+    assert process.process.returncode in (0, -15)
+    assert list(work_base().glob(f"proctor-*-{pid}-*")) == []
+    assert [
+        line for line in Path("/proc/self/mountinfo").read_text().splitlines() if f"-{pid}-" in line
+    ] == []
+    assert [c for parent in Cgroups().parent_dirs() if parent.is_dir() for c in parent.glob(f"{pid}-*")] == []

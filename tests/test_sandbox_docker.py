@@ -404,3 +404,44 @@ def test_concurrent_jobs_do_not_mix(backend: DockerBackend) -> None:
         results = list(pool.map(backend.run, jobs))
     assert [r.commands[0].stdout for r in results] == [f"{7 * n}\n" for n in range(6)]
     assert all(r.verdict is Verdict.ok for r in results)
+
+
+def test_job_files_are_bounded_in_count_and_bytes(daemon_url: str) -> None:
+    from proctor.sandboxes.backends.runner import work_base
+    from proctor.sandboxes.job import Maxima
+
+    backend = DockerBackend(
+        image=IMAGE, base_url=daemon_url, maxima=Maxima(memory_mb=512, cpu_s=5, files=300, disk_mb=4)
+    )
+    many = "import os\nfor i in range(100_000):\n    open(os.path.join(FOLDER, f'f{i}'), 'w').close()\n"
+    for folder in (".", "/tmp"):
+        result = run_one(backend, python(many.replace("FOLDER", repr(folder))))
+        assert result.commands[0].verdict is Verdict.output_limit, result
+        assert "300 files" in result.commands[0].detail
+    big = "try:\n    open('big', 'wb').write(b'x' * (64 << 20))\nexcept OSError:\n    print('swallowed')\n"
+    result = run_one(backend, python(big))
+    assert result.commands[0].verdict is Verdict.output_limit and "4 MB" in result.commands[0].detail, result
+    # Within the bounds, a job's files still carry from one container to the next and come back.
+    job = Job(
+        files=[File(path="a/make.py", content="open('out.txt', 'w').write('x' * 10)")],
+        commands=[Command(argv=["python3", "a/make.py"]), Command(argv=["cat", "out.txt"])],
+        fetch=["out.txt"],
+    )
+    result = backend.run(job)
+    assert [c.verdict for c in result.commands] == [Verdict.ok, Verdict.ok], result
+    assert result.commands[1].stdout == "x" * 10 and base64.b64decode(result.files["out.txt"]) == b"x" * 10
+    assert list(work_base().glob(f"proctor-docker-{os.getpid()}-*")) == []
+    client = docker.DockerClient(base_url=daemon_url, version="auto")
+    try:
+        assert client.containers.list(all=True) == [] and client.volumes.list() == []
+    finally:
+        client.close()
+
+
+def test_a_runtimes_out_of_memory_words_make_a_memory_limit(backend: DockerBackend) -> None:
+    code = (
+        "import sys\nprint('Traceback (most recent call last):\\nMemoryError', file=sys.stderr)\nsys.exit(1)"
+    )
+    command = python(code).model_copy(update={"oom_markers": ("\nMemoryError",)})
+    assert run_one(backend, command).commands[0].verdict is Verdict.memory_limit
+    assert run_one(backend, python(code)).commands[0].verdict is Verdict.runtime_error

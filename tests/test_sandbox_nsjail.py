@@ -20,7 +20,7 @@ import pytest
 from proctor.sandboxes.backends import get_backend
 from proctor.sandboxes.backends.nsjail import NsjailBackend
 from proctor.sandboxes.cgroups import DEFAULT_ROOT, V1_CONTROLLERS, Cgroups
-from proctor.sandboxes.job import Command, CommandResult, File, Job, Limits, Result, Verdict
+from proctor.sandboxes.job import Command, CommandResult, File, Job, Limits, Maxima, Result, Verdict
 from tests.sandbox_helpers import processes_with, setsid_daemon_program
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -461,3 +461,86 @@ def test_concurrent_jobs(jail: NsjailBackend) -> None:
         results = list(pool.map(lambda n: jail.run(python_job(f"print({n} * {n})")), range(8)))
     assert [r.commands[0].stdout for r in results] == [f"{n * n}\n" for n in range(8)]
     assert os.listdir("/proc")  # still alive
+
+
+# -- operator maxima: a job's files, CPU and memory (issue 14) --------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def small_jail() -> Iterator[NsjailBackend]:
+    """A backend whose operator maxima are small: 300 files, 4 MB of files, 2 CPU seconds, 256 MB."""
+    backend = NsjailBackend(
+        cgroup_parent=PARENT, warm=1, maxima=Maxima(memory_mb=256, cpu_s=2.0, files=300, disk_mb=4)
+    )
+    if backend.storage is None:
+        pytest.skip(f"cannot bound job files here: {backend.storage_reason}")
+    yield backend
+    backend.close()
+
+
+@pytest.mark.parametrize("folder", [".", "/tmp", "/dev/shm"])
+def test_a_file_count_bomb_is_an_output_limit_and_never_reaches_the_host(
+    small_jail: NsjailBackend, folder: str
+) -> None:
+    host_free = os.statvfs("/dev/shm").f_favail
+    code = f"""
+        import os
+        for i in range(100_000):
+            open(os.path.join({folder!r}, f"f{{i}}"), "w").close()
+    """
+    command, elapsed, _ = run(small_jail, python_job(code))
+    assert command.verdict is Verdict.output_limit, command
+    assert "300 files" in command.detail
+    assert host_free - os.statvfs("/dev/shm").f_favail < 1000  # the host's inodes were never at stake
+    assert elapsed < HANG_S
+
+
+def test_a_byte_bomb_is_an_output_limit_even_when_the_program_swallows_enospc(
+    small_jail: NsjailBackend,
+) -> None:
+    code = """
+        try:
+            with open("big", "wb") as handle:
+                for _ in range(64):
+                    handle.write(b"x" * (1 << 20))
+        except OSError:
+            pass
+        print("fine")
+    """
+    command, _, _ = run(small_jail, python_job(code))
+    assert command.verdict is Verdict.output_limit, command
+    assert "4 MB" in command.detail
+
+
+def test_files_within_the_maxima_carry_from_compile_to_run_and_fetch(small_jail: NsjailBackend) -> None:
+    make = "import os\nos.makedirs('d/e')\nfor i in range(100): open(f'd/e/{i}', 'w').write(str(i))\n"
+    job = Job(
+        files=[File(path="make.py", content=make)],
+        commands=[
+            Command(name="make", argv=["python3", "make.py"]),
+            Command(argv=["python3", "-c", "import os; print(len(os.listdir('d/e')))"]),
+        ],
+        fetch=["d/e/99"],
+    )
+    result = small_jail.run(job)
+    assert [c.verdict for c in result.commands] == [Verdict.ok, Verdict.ok], result
+    assert result.commands[1].stdout == "100\n"
+    assert base64.b64decode(result.files["d/e/99"]) == b"99"
+
+
+def test_limits_above_the_maxima_are_clamped_to_them(small_jail: NsjailBackend) -> None:
+    command, _, _ = run(small_jail, python_job("while True: pass", cpu_s=30, memory_mb=4096))
+    assert command.verdict is Verdict.time_limit, command
+    assert command.cpu_s < 5
+    command, _, _ = run(small_jail, python_job("x = bytearray(400 << 20)\nprint(len(x))", memory_mb=4096))
+    assert command.verdict is Verdict.memory_limit, command
+
+
+def test_a_runtimes_own_out_of_memory_stop_is_a_memory_limit(jail: NsjailBackend) -> None:
+    code = "print('Traceback (most recent call last):\\nMemoryError', file=__import__('sys').stderr); exit(1)"
+    plain = python_job(code)
+    marked = plain.model_copy(
+        update={"commands": [plain.commands[0].model_copy(update={"oom_markers": ("\nMemoryError",)})]}
+    )
+    assert run(jail, plain)[0].verdict is Verdict.runtime_error
+    assert run(jail, marked)[0].verdict is Verdict.memory_limit
