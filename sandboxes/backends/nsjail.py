@@ -389,3 +389,51 @@ class NsjailBackend:
         else:
             return None
         return host if host.exists() else None
+
+
+def service_jail_argv(
+    binary: Path | str,
+    program: list[str],
+    *,
+    etc: Path,
+    read_only: list[tuple[str, str]] | None = None,
+    rlimits: dict[str, str] | None = None,
+    seccomp_prefix: str = "",
+    tmp_bytes: int = 1 << 20,
+    cwd: str = "/",
+) -> list[str]:
+    """The nsjail command line (once mode) of a long-lived service jail, for a process that talks over its
+    stdin and stdout (the SQL verifier's SQLite worker): the same user (99999), namespaces, read-only system
+    mounts and seccomp policy as a command's jail, with `etc` (a directory from `_private_etc()`, built once
+    by the caller) as its /etc. Unlike a command's jail: no /box and no /proc; `read_only` host paths bound
+    read-only at the given places; a `tmp_bytes` /tmp; nsjail's own rlimit flags from `rlimits` (names
+    without the `--rlimit_` prefix; unnamed ones are 0 for core and nsjail's defaults otherwise);
+    `seccomp_prefix` (kafel rules) ahead of the policy; no time limit. The caller starts nsjail in its own
+    cgroup (sandboxes/cgroups.py) before exec, so the jail and everything in it are accounted and bounded."""
+    argv = [
+        str(binary),
+        "-Mo",
+        "--quiet",
+        "--hostname",
+        "sandbox",
+        "--user",
+        f"{SANDBOX_ID}:{SANDBOX_ID}:1",
+        "--group",
+        f"{SANDBOX_ID}:{SANDBOX_ID}:1",
+        "--cwd",
+        cwd,
+        "--time_limit",
+        "0",
+        "--nice_level",  # nsjail's default is 19: the service would wait behind every busy process
+        str(os.getpriority(os.PRIO_PROCESS, 0)),
+        "--disable_proc",
+        "--seccomp_string",
+        seccomp_prefix + SECCOMP_POLICY,
+    ]
+    for name, value in {"core": "0", **(rlimits or {})}.items():
+        argv += [f"--rlimit_{name}", value]
+    argv += [*_system_mounts(), "-R", f"{etc}:/etc", "-R", "/dev/null"]
+    argv += ["-m", f"none:/tmp:tmpfs:size={tmp_bytes}"]
+    for host, inside in read_only or []:
+        argv += ["-R", f"{host}:{inside}"]
+    return [*argv, "--", *program]
