@@ -41,7 +41,7 @@ from pydantic import (
 from starlette.responses import Response
 
 from proctor.api.rendering import json_response
-from proctor.api.responses import error_responses
+from proctor.api.responses import error_responses, server_validated
 from proctor.api.state import ServiceState, get_state
 from proctor.contract import RequestError, Status, request_error_from
 from proctor.engine import Engine, prepare
@@ -594,7 +594,23 @@ async def _run_model(
 # -- routes --------------------------------------------------------------------------------------------------
 
 
-@router.post("/run", responses=error_responses(400, 401, 413, 422, 429), summary="Run an OpenAI grader spec")
+_GRADER_RULES = (
+    "One of OpenAI's grader specs (string_check, text_similarity, score_model, label_model, python, multi), "
+    "validated by the server: its type's fields, templates, metrics and calculate_output formula."
+)
+
+
+@router.post(
+    "/run",
+    responses=error_responses(400, 401, 413, 422, 429, 503),
+    summary="Run an OpenAI grader spec",
+    openapi_extra=server_validated(
+        grader=_GRADER_RULES,
+        item="Must hold the fields the grader's templates name ({{item.…}}).",
+        model_sample="Must be JSON when the grader's templates read {{sample.output_json…}}.",
+        judge__base_url="Only the configured judge URL or one on the operator's PROCTOR_JUDGE_ALLOWED_URLS.",
+    ),
+)
 async def run(body: RunRequest, state: ServiceState = Depends(get_state)) -> Response:
     """Grade one model sample with an OpenAI grader spec; OpenAI's run response shape."""
     started = time.perf_counter()
@@ -619,7 +635,10 @@ async def run(body: RunRequest, state: ServiceState = Depends(get_state)) -> Res
 
 
 @router.post(
-    "/validate", responses=error_responses(400, 401, 413, 422), summary="Validate an OpenAI grader spec"
+    "/validate",
+    responses=error_responses(400, 401, 413, 422),
+    summary="Validate an OpenAI grader spec",
+    openapi_extra=server_validated(grader=_GRADER_RULES),
 )
 async def validate(body: ValidateRequest) -> Response:
     """A dry run: parse the spec, check its metrics, templates and formula (evaluated over the sub-rewards' ranges)."""

@@ -66,7 +66,7 @@ from starlette.responses import Response
 
 from proctor.api.errors import error_response
 from proctor.api.rendering import json_response
-from proctor.api.responses import error_responses
+from proctor.api.responses import error_responses, server_validated
 from proctor.api.state import SandboxUnavailable, ServiceState, get_state
 from proctor.contract import RequestError
 from proctor.pool import PoolFull
@@ -160,6 +160,15 @@ class RunCodeResponse(BaseModel):
     response_model=RunCodeResponse,
     responses=error_responses(401, 413, 422, 429, 503),
     summary="Run a program (SandboxFusion-compatible)",
+    openapi_extra=server_validated(
+        language=f"One of SandboxFusion's {', '.join(SANDBOXFUSION_NAMES)} or Proctor's {', '.join(LANGUAGES)} "
+        "(and their aliases).",
+        compile_timeout="At most the operator's PROCTOR_SANDBOX_MAX_CPU_S.",
+        run_timeout="At most the operator's PROCTOR_SANDBOX_MAX_CPU_S.",
+        memory_limit_MB="At most the operator's PROCTOR_SANDBOX_MAX_MEMORY_MB.",
+        files="Relative paths inside the working directory, base64 contents.",
+        fetch_files="Relative paths inside the working directory.",
+    ),
 )
 async def run_code(body: RunCodeRequest, state: ServiceState = Depends(get_state)) -> Response:
     """Compile and run one program in a sandbox; SandboxError means the machinery failed, not the program."""
