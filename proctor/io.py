@@ -93,6 +93,8 @@ def iter_jsonl(path: str | os.PathLike[str]) -> Iterator[dict[str, Any]]:
                 row = json.loads(line)
             except json.JSONDecodeError as exc:
                 raise DataError(f"{path}: line {number} is not valid JSON ({exc.msg})") from None
+            except RecursionError:
+                raise DataError(f"{path}: line {number} is nested too deeply to read") from None
             if not isinstance(row, dict):
                 raise DataError(f"{path}: line {number} is a JSON {type(row).__name__}, not an object")
             yield row

@@ -515,3 +515,18 @@ def test_bundled_dataset_lookup():
     bundled = sorted(p for p in (ROOT / "datasets").rglob("*") if p.is_file())
     for path in bundled:
         assert io.bundled_dataset(str(path.relative_to(ROOT / "datasets"))) == path
+
+
+def test_a_row_too_deep_for_the_json_reader_is_one_line_naming_the_line(tmp_path):
+    rows = '{"response": "a", "reference": "a"}\n{"response": ' + "[" * 100_000 + "]" * 100_000 + "}\n"
+    (tmp_path / "in.jsonl").write_text(rows)
+    result = run_cli("rescore", "in.jsonl", "-o", "out.jsonl", "--verifier", "text.match", cwd=tmp_path)
+    assert result.returncode != 0
+    assert "line 2" in one_error_line(result) and "nested too deeply" in one_error_line(result)
+
+
+def test_iter_jsonl_names_a_row_too_deep_to_read(tmp_path):
+    path = tmp_path / "deep.jsonl"
+    path.write_text('{"a": ' + "[" * 100_000 + "]" * 100_000 + "}\n")
+    with pytest.raises(io.DataError, match="line 1 is nested too deeply"):
+        list(io.iter_jsonl(path))
