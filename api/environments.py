@@ -16,7 +16,7 @@ from proctor.api.rendering import json_response
 from proctor.api.responses import error_responses, server_validated
 from proctor.api.state import ServiceState, get_state
 from proctor.contract import JsonInt, RequestError
-from proctor.environments.registry import MAX_SEED, Task, all_environments, get_environment
+from proctor.environments.registry import MAX_JSON_SEED, Task, all_environments, get_environment
 
 router = APIRouter(prefix="/v1", tags=["environments"])
 
@@ -109,7 +109,7 @@ class TasksRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     split: Literal["train", "test"] = "train"
-    seed: JsonInt = Field(default=0, ge=0, le=MAX_SEED)
+    seed: JsonInt = Field(default=0, ge=0, le=MAX_JSON_SEED)
     count: JsonInt = Field(default=1, ge=1, le=MAX_HTTP_TASKS)
     difficulty: str | None = Field(
         default=None, description="A level name; default: the environment's default."

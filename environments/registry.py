@@ -21,8 +21,10 @@ from proctor.registry import VerifierSpec, load_verifiers, register_verifier
 Split = Literal["train", "test"]
 SPLITS: tuple[str, ...] = ("train", "test")
 MAX_TASKS_PER_CALL = 10_000
-MAX_SEED = 2**53 - 1
-"""The largest seed: the largest integer a JSON number keeps exactly in every client (an IEEE double)."""
+MAX_SEED = 2**63 - 1
+"""The largest seed in process and on the command line (the trainer derives 63-bit seeds)."""
+MAX_JSON_SEED = 2**53 - 1
+"""The largest seed over HTTP: the largest integer a JSON number keeps exactly in every client (a double)."""
 CUSTOM_DIFFICULTY = "custom"
 
 
