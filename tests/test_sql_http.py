@@ -25,7 +25,7 @@ def test_sql_over_http(start_server, tmp_path: Path) -> None:
     )
     assert right.status_code == 200, right.text
     body = right.json()
-    assert (body["status"], body["reward"], body["verifier"]) == ("ok", 1.0, "sql@1.0.0")
+    assert (body["status"], body["reward"], body["verifier"]) == ("ok", 1.0, "sql@1.1.0")
     assert body["components"]["executes"] == 1.0
 
     cheat = post(

@@ -176,3 +176,20 @@ def test_postgres_gold_results_never_go_stale_on_disk(configured, tmp_path: Path
         finally:
             owner.execute("DELETE FROM item WHERE id = 6")
             gold_cache.clear_memory()
+
+
+@pytest.mark.parametrize(
+    "select",
+    [
+        "SELECT repeat('a', 600) FROM generate_series(1, 99999)",
+        "SELECT repeat('a', 9000000) FROM generate_series(1, 3)",
+        "SELECT decode(repeat('aa', 6000000), 'hex') FROM generate_series(1, 2)",
+        "SELECT " + ", ".join(["g"] * 60) + " FROM generate_series(1, 99999) AS g",
+    ],
+    ids=["many-rows", "huge-values", "blobs-count-in-hex", "wide-rows-cell-cap"],
+)
+def test_postgres_huge_results_are_the_candidates_too_large(configured, select: str):
+    started = time.monotonic()
+    verdict = score(select, "SELECT count(*) FROM item")
+    assert (verdict.status, verdict.reason, verdict.reward) == (Status.ok, "too_large", 0.0), verdict
+    assert time.monotonic() - started < 8.0

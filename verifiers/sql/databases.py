@@ -158,7 +158,9 @@ def staged(path: Path, name: str) -> Path:
     return target
 
 
-def run_sqlite(path: Path, sql: str, timeout_s: float, max_rows: int, max_bytes: int) -> Result | Failure:
+def run_sqlite(
+    path: Path, sql: str, timeout_s: float, max_rows: int, max_bytes: int, max_cells: int = 4_000_000
+) -> Result | Failure:
     """Run one query on a staged SQLite file in a sandboxed worker; raises WorkerError when the sandbox fails."""
     mounts = Mounts((str(stage_root()),))
     backend = "local" if get_settings().sandbox_backend == "local" else "nsjail"
@@ -166,7 +168,13 @@ def run_sqlite(path: Path, sql: str, timeout_s: float, max_rows: int, max_bytes:
         mounts,
         backend,
         path,
-        {"sql": sql, "timeout_s": timeout_s, "max_rows": max_rows, "max_bytes": max_bytes},
+        {
+            "sql": sql,
+            "timeout_s": timeout_s,
+            "max_rows": max_rows,
+            "max_bytes": max_bytes,
+            "max_cells": max_cells,
+        },
     )
     if reply.get("ok"):
         return Result(list(reply["columns"]), [decode_row(row) for row in reply["rows"]])

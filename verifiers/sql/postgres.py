@@ -25,7 +25,8 @@ from proctor.verifiers.sql.compare import Result
 from proctor.verifiers.sql.databases import Failure
 from proctor.verifiers.sql.workers import WorkerError
 
-FETCH_CHUNK = 1000
+FETCH_CHUNK = 1000  # rows per FETCH at most
+FIRST_CHUNK = 16  # rows of the first FETCH; later ones are sized by the budget left and the widest row seen
 CONNECT_TIMEOUT_S = 5
 
 _connections: dict[str, Any] = {}
@@ -66,10 +67,31 @@ def _connection(name: str, dsn: str) -> Any:
     return conn
 
 
+def value_bytes(value: Any) -> int:
+    """A converted value's size as the SQLite worker counts it: its JSON encoding, roughly (text in UTF-8,
+    blobs in hex as the gold cache stores them, numbers and NULL as 8 bytes plus the separator)."""
+    if isinstance(value, str):
+        return len(value.encode("utf-8", "replace")) + 3
+    if isinstance(value, bytes):
+        return 2 * len(value) + 10
+    return 8
+
+
 def run_postgres(
-    name: str, dsn: str, sql: str, timeout_s: float, max_rows: int, max_bytes: int
+    name: str,
+    dsn: str,
+    sql: str,
+    timeout_s: float,
+    max_rows: int,
+    max_bytes: int,
+    max_cells: int = 4_000_000,
 ) -> Result | Failure:
-    """Run one query on the named server; raises WorkerError when the server cannot be reached."""
+    """Run one query on the named server; raises WorkerError when the server cannot be reached.
+
+    Rows come through a server-side cursor in FETCHes sized by what is left of the byte budget and the
+    widest row seen so far (FIRST_CHUNK rows first, FETCH_CHUNK at most), so the rows held here pass the byte
+    cap by at most one FETCH of rows as wide as those already seen; each FETCH is a statement, bounded by
+    statement_timeout."""
     import psycopg
     from psycopg import errors
 
@@ -86,19 +108,26 @@ def run_postgres(
                     cursor.execute(sql.rstrip().rstrip(";"))
                     columns = [column.name for column in cursor.description or []]
                     rows: list[tuple] = []
-                    size = 0
+                    size = sum(len(column.encode("utf-8", "replace")) + 3 for column in columns)
+                    cells, width, widest, chunk_rows = 0, max(1, len(columns)), 1, FIRST_CHUNK
                     while True:
-                        chunk = cursor.fetchmany(FETCH_CHUNK)
+                        chunk = cursor.fetchmany(chunk_rows)
                         if not chunk:
                             break
                         for row in chunk:
                             converted = tuple(plain(value) for value in row)
-                            size += sum(len(v) + 8 if isinstance(v, (str, bytes)) else 8 for v in converted)
+                            row_bytes = sum(value_bytes(v) for v in converted) + 3
+                            widest = max(widest, row_bytes)
+                            size += row_bytes
+                            cells += width
                             rows.append(converted)
-                        if len(rows) > max_rows:
-                            raise _Stop(f"more than {max_rows} rows")
-                        if size > max_bytes:
-                            raise _Stop(f"more than {max_bytes} bytes of results")
+                            if size > max_bytes:
+                                raise _Stop(f"more than {max_bytes} bytes of results (JSON-encoded)")
+                            if len(rows) > max_rows:
+                                raise _Stop(f"more than {max_rows} rows")
+                            if cells > max_cells:
+                                raise _Stop(f"more than {max_cells} result cells (rows x columns)")
+                        chunk_rows = max(1, min(FETCH_CHUNK, (max_bytes - size) // widest + 1))
                 raise _Done(Result(columns, rows))
         except _Done as done:
             return done.result

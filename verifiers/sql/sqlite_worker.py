@@ -4,7 +4,7 @@ Standard library only, because it runs under the system Python inside an nsjail 
 sandbox backend, as a plain subprocess). One request per line:
 
     {"db": "/db/x/x.sqlite", "sql": "SELECT ...", "timeout_s": 2.0, "wall_s": 8.0, "max_rows": 100000,
-     "max_bytes": 64000000}
+     "max_bytes": 16777216, "max_cells": 4000000}
 
 One reply per line: {"ok": true, "columns": [...], "rows": [[...], ...], "ms": ..., "cpu_ms": ...} or
 {"ok": false, "error": CODE, "message": "..."} with CODE one of runtime_error, time_limit, wall_limit,
@@ -18,8 +18,10 @@ busy that the query does not get its CPU: stopped there, the reply is `wall_limi
 Every connection is opened `mode=ro&immutable=1` (SQLite never writes or locks the file), with `query_only`,
 an in-memory temp store, no attached databases, tight length limits, and an authorizer that allows only
 reading tables, SELECT, recursive CTEs and an allow-list of deterministic functions. A progress handler stops
-a query at its CPU-time limit (or the wall backstop), also while rows are being fetched, and fetching stops at
-the row and byte caps.
+a query at its CPU-time limit (or the wall backstop), also while rows are being fetched; each row is JSON-encoded
+as it is fetched (that CPU time counts too, checked every CHECK_ROWS rows), and fetching stops at the row, cell
+and byte caps, the bytes being those of the encoded reply (UTF-8; blobs in hex), so the reply the host reads is
+bounded by max_bytes and costs the worker no more than the query's CPU time to produce.
 """
 
 from __future__ import annotations
@@ -155,7 +157,6 @@ LIMITS = {
     "SQLITE_LIMIT_TRIGGER_DEPTH": 1,
 }
 PROGRESS_STEPS = 2000
-FETCH_CHUNK = 512
 MAX_CONNECTIONS = 16
 
 
@@ -227,56 +228,67 @@ def cell(value: object) -> object:
     return value
 
 
-def cell_bytes(value: object) -> int:
-    """Rough size of a value, for the byte cap."""
-    if isinstance(value, (str, bytes)):
-        return len(value) + 8
-    return 8
+ENCODE = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
+CHECK_ROWS = 64  # rows encoded between two checks of the CPU clock
 
 
-def run(dbs: Databases, request: dict) -> dict:
-    """Run one query and return its reply."""
+def encode(value: object) -> bytes:
+    """JSON bytes of value exactly as they travel to the host (UTF-8, so a non-ASCII character costs its
+    UTF-8 size, not a 6- or 12-byte escape)."""
+    return ENCODE(value).encode("utf-8", "replace")
+
+
+def run(dbs: Databases, request: dict) -> dict | bytes:
+    """Run one query; its reply as a dict (an error) or as the encoded JSON line of a result (no newline).
+
+    Each row is encoded as it is fetched and the byte cap counts those encoded bytes (column names included),
+    so the reply the host reads is at most max_bytes plus a small envelope; encoding is CPU time of the query
+    (checked every CHECK_ROWS rows as well as by the progress handler)."""
     timeout_s = float(request.get("timeout_s", 2.0))
     wall_s = float(request.get("wall_s") or 3 * timeout_s + 2)
     max_rows = int(request.get("max_rows", 100_000))
-    max_bytes = int(request.get("max_bytes", 64_000_000))
+    max_bytes = int(request.get("max_bytes", 16_000_000))
+    max_cells = int(request.get("max_cells", 4_000_000))
     try:
         conn = dbs.get(request["db"])
     except sqlite3.Error as exc:
         return {"ok": False, "error": "open_error", "message": f"cannot open {request['db']}: {exc}"}
     started, cpu_started = time.monotonic(), time.process_time()
     dbs.cpu_deadline, dbs.wall_deadline, dbs.stopped = cpu_started + timeout_s, started + wall_s, ""
-    rows: list[list[object]] = []
-    size = 0
+    pieces: list[bytes] = []
     try:
         cursor = conn.execute(request["sql"])
         if not cursor.description:  # empty, comment-only, or a statement that is not a query
             return {"ok": False, "error": "not_allowed", "message": "the statement returns no result columns"}
         columns = [d[0] for d in cursor.description]
-        while True:
-            chunk = cursor.fetchmany(FETCH_CHUNK)
-            if not chunk:
-                break
-            for row in chunk:
-                size += sum(cell_bytes(v) for v in row)
-                rows.append([cell(v) for v in row])
-            if len(rows) > max_rows:
-                raise Stop("too_large", f"more than {max_rows} rows")
+        head = encode(columns)
+        size = len(head)
+        cells, width = 0, max(1, len(columns))
+        for row in cursor:
+            piece = encode([cell(v) for v in row])
+            pieces.append(piece)
+            size += len(piece) + 1
+            cells += width
             if size > max_bytes:
-                raise Stop("too_large", f"more than {max_bytes} bytes of results")
+                raise Stop("too_large", f"more than {max_bytes} bytes of results (JSON-encoded)")
+            if len(pieces) > max_rows:
+                raise Stop("too_large", f"more than {max_rows} rows")
+            if cells > max_cells:
+                raise Stop("too_large", f"more than {max_cells} result cells (rows x columns)")
+            if len(pieces) % CHECK_ROWS == 0 or len(piece) > 65536:
+                check(dbs)
+        check(dbs)
         cursor.close()
     except Stop as exc:
+        pieces.clear()
+        if exc.code == "wall_limit":
+            return wall_reply(wall_s, timeout_s, time.process_time() - cpu_started)
         return {"ok": False, "error": exc.code, "message": str(exc)}
     except sqlite3.DatabaseError as exc:
+        pieces.clear()
         message = str(exc)
-        cpu = time.process_time() - cpu_started
         if dbs.stopped == "wall":
-            return {
-                "ok": False,
-                "error": "wall_limit",
-                "message": f"query stopped at the {wall_s:g} s wall-clock backstop after only {cpu:.2f} CPU s "
-                f"(limit {timeout_s:g} CPU s): the machine is oversubscribed",
-            }
+            return wall_reply(wall_s, timeout_s, time.process_time() - cpu_started)
         if dbs.stopped == "cpu" or "interrupted" in message:
             return {
                 "ok": False,
@@ -286,38 +298,59 @@ def run(dbs: Databases, request: dict) -> dict:
         code = "not_allowed" if "not authorized" in message or "prohibited" in message else "runtime_error"
         return {"ok": False, "error": code, "message": message[:500]}
     except (sqlite3.Warning, sqlite3.ProgrammingError, ValueError, OverflowError) as exc:
+        pieces.clear()
         return {"ok": False, "error": "runtime_error", "message": str(exc)[:500]}
     except MemoryError:
-        rows.clear()
+        pieces.clear()
         return {"ok": False, "error": "too_large", "message": "result exceeded the worker's memory"}
+    timing = encode(
+        {
+            "ms": round((time.monotonic() - started) * 1000, 3),
+            "cpu_ms": round((time.process_time() - cpu_started) * 1000, 3),
+        }
+    )
+    return b"".join([b'{"ok":true,"columns":', head, b',"rows":[', b",".join(pieces), b"],", timing[1:]])
+
+
+def check(dbs: Databases) -> None:
+    """Stop the query (its fetching and encoding included) at its CPU time or the wall backstop."""
+    if time.process_time() > dbs.cpu_deadline:
+        raise Stop("time_limit", "query used more than its CPU time (fetching and encoding its rows)")
+    if time.monotonic() > dbs.wall_deadline:
+        raise Stop("wall_limit", "wall-clock backstop")
+
+
+def wall_reply(wall_s: float, timeout_s: float, cpu: float) -> dict:
+    """The reply of a query stopped at the wall-clock backstop: the machine's fault, not the query's."""
     return {
-        "ok": True,
-        "columns": columns,
-        "rows": rows,
-        "ms": round((time.monotonic() - started) * 1000, 3),
-        "cpu_ms": round((time.process_time() - cpu_started) * 1000, 3),
+        "ok": False,
+        "error": "wall_limit",
+        "message": f"query stopped at the {wall_s:g} s wall-clock backstop after only {cpu:.2f} CPU s "
+        f"(limit {timeout_s:g} CPU s): the machine is oversubscribed",
     }
 
 
 def main() -> None:
-    """Serve requests from stdin until it closes."""
+    """Serve requests from stdin until it closes; replies are written as UTF-8 bytes."""
     dbs = Databases()
-    out = sys.stdout
-    out.write(json.dumps({"ready": True, "sqlite": sqlite3.sqlite_version}) + "\n")
+    out = sys.stdout.buffer
+    out.write(encode({"ready": True, "sqlite": sqlite3.sqlite_version}) + b"\n")
     out.flush()
-    for line in sys.stdin:
+    for line in sys.stdin.buffer:
         try:
             reply = run(dbs, json.loads(line))
         except (KeyError, TypeError, ValueError) as exc:
             reply = {"ok": False, "error": "bad_request", "message": str(exc)}
-        try:
-            text = json.dumps(reply)
-        except (TypeError, ValueError) as exc:
-            text = json.dumps(
-                {"ok": False, "error": "runtime_error", "message": f"unencodable result: {exc}"}
-            )
-        out.write(text + "\n")
+        if not isinstance(reply, bytes):
+            try:
+                reply = encode(reply)
+            except (TypeError, ValueError) as exc:
+                reply = encode(
+                    {"ok": False, "error": "runtime_error", "message": f"unencodable result: {exc}"}
+                )
+        out.write(reply + b"\n")
         out.flush()
+        reply = b""
 
 
 if __name__ == "__main__":

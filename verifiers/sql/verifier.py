@@ -47,8 +47,13 @@ from proctor.verifiers.sql.extract import (
 from proctor.verifiers.sql.perturb import perturbed_copy
 from proctor.verifiers.sql.workers import WallClockOverrun, WorkerError
 
-VERSION = "1.0.0"
-MAX_BYTES = 64 * 1024 * 1024
+VERSION = "1.1.0"  # 1.1.0: results capped at 16 MiB of JSON and 4M cells
+# Result caps of every run (gold or prediction): the JSON-encoded result (UTF-8, blobs in hex) and its cells
+# (rows x columns). Past either the run is too_large (the prediction's reward 0; a gold's verifier_error),
+# so producing, encoding, sending and decoding a result stays well inside its time limit and the memory of
+# the worker and of the pool process.
+MAX_BYTES = 16 * 1024 * 1024
+MAX_CELLS = 4_000_000
 MAX_GOLDS = 16
 PRED_FAILURES = ("runtime_error", "time_limit", "too_large", "not_allowed")
 
@@ -195,10 +200,10 @@ class _Target:
         PROCTOR_SANDBOX_MAX_CPU_S (asked-for options above it are 422s; this bounds the defaults)."""
         timeout_s = min(timeout_s, get_settings().sandbox_max_cpu_s)
         if self.path is not None:
-            return run_sqlite(self.path, sql, timeout_s, max_rows, MAX_BYTES)
+            return run_sqlite(self.path, sql, timeout_s, max_rows, MAX_BYTES, MAX_CELLS)
         from proctor.verifiers.sql.postgres import run_postgres
 
-        return run_postgres(self.name, self.dsn, sql, timeout_s, max_rows, MAX_BYTES)
+        return run_postgres(self.name, self.dsn, sql, timeout_s, max_rows, MAX_BYTES, MAX_CELLS)
 
 
 class GoldFailed(Exception):

@@ -54,7 +54,14 @@ CHECK_S = 0.25  # past the deadline, how often the host reads the worker's CPU t
 # reports); the cgroup also holds nsjail and page cache. nsjail and the worker are 2 processes.
 CGROUP_MEMORY_MB = MEMORY_MB + 256
 CGROUP_PROCESSES = 8
-MAX_REPLY_BYTES = 512 * MB
+# A reply may be the request's max_bytes (the worker counts its encoded rows against it) plus this envelope;
+# more is a broken worker (WorkerError). Replies are read in chunks of up to READ_BYTES, from a pipe enlarged
+# to PIPE_BYTES where the kernel allows it.
+REPLY_ENVELOPE_BYTES = 1 * MB
+START_REPLY_BYTES = 1 * MB
+READ_BYTES = 1 * MB
+PIPE_BYTES = 1 * MB
+F_SETPIPE_SZ = 1031
 MAX_IDLE_WORKERS = 4
 # The code sandbox's policy plus: no new processes or threads (the worker needs none).
 NO_FORK = "ERRNO(1) { fork, vfork, clone } "
@@ -227,7 +234,11 @@ class Worker:
             if self.group is not None:
                 self.group.remove()
             raise WorkerError(f"sqlite worker did not start: {exc}") from None
-        self.buffer = b""
+        self.buffer = bytearray()
+        with contextlib.suppress(OSError):
+            import fcntl
+
+            fcntl.fcntl(self.proc.stdout.fileno(), F_SETPIPE_SZ, PIPE_BYTES)
         hello = self._read_line(time.monotonic() + START_TIMEOUT_S)
         if hello is None or not hello.get("ready"):
             self.kill()
@@ -266,23 +277,32 @@ class Worker:
             return _proc_cpu_s(self.proc.pid)
         return None
 
-    def _read_line(self, deadline: float) -> dict | None:
-        """One JSON line from the worker, or None if the deadline passes or the worker dies first."""
+    def _read_line(self, deadline: float, limit: int = START_REPLY_BYTES) -> dict | None:
+        """One JSON line from the worker, or None if the deadline passes or the worker dies first.
+
+        Linear in the reply's size: the buffer is a bytearray and only each new chunk is searched for the
+        newline (a pipe hands over at most its capacity per read, so re-scanning and re-copying the whole
+        buffer per chunk made a 60 MB reply take minutes while the worker sat blocked on the full pipe)."""
         fd = self.proc.stdout.fileno()
-        while b"\n" not in self.buffer:
+        end = self.buffer.find(b"\n")
+        while end < 0:
             left = deadline - time.monotonic()
             if left <= 0:
                 return None
             ready, _, _ = select.select([fd], [], [], left)
             if not ready:
                 return None
-            chunk = os.read(fd, 1 << 20)
+            chunk = os.read(fd, READ_BYTES)
             if not chunk:
                 return None
+            newline = chunk.find(b"\n")
+            if newline >= 0:
+                end = len(self.buffer) + newline
             self.buffer += chunk
-            if len(self.buffer) > MAX_REPLY_BYTES:
-                raise WorkerError("worker reply exceeds the reply cap")
-        line, _, self.buffer = self.buffer.partition(b"\n")
+            if (end if end >= 0 else len(self.buffer)) > limit:
+                raise WorkerError(f"worker reply exceeds its cap of {limit} bytes")
+        line = bytes(self.buffer[:end])
+        del self.buffer[: end + 1]
         try:
             return json.loads(line)
         except ValueError as exc:
@@ -301,8 +321,9 @@ class Worker:
             raise WorkerError(f"worker pipe closed: {exc}; {self._stderr()}") from None
         started = time.monotonic()
         deadline, backstop = started + timeout_s + GRACE_S, started + wall_s + GRACE_S
+        limit = int(request.get("max_bytes", 0)) + REPLY_ENVELOPE_BYTES
         while True:
-            reply = self._read_line(deadline)
+            reply = self._read_line(deadline, limit)
             if reply is not None:
                 return reply
             if not self.alive():
