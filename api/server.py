@@ -14,6 +14,8 @@ from proctor.settings import Settings
 APP_FACTORY = "proctor.api.app:create_app"
 LOG_LEVELS = ("critical", "error", "warning", "info", "debug", "trace")
 GRACEFUL_SHUTDOWN_S = 10
+KEEP_ALIVE_S = 5
+"""Seconds an idle kept-alive connection stays open (uvicorn's timeout_keep_alive, its default made explicit)."""
 
 
 def is_loopback(host: str) -> bool:
@@ -60,7 +62,8 @@ def serve(settings: Settings) -> None:
         "port": settings.port,
         "log_level": settings.log_level.lower(),
         "timeout_graceful_shutdown": GRACEFUL_SHUTDOWN_S,
-        "http": HTTP_PROTOCOL,  # drops clients that never finish their headers (slowloris)
+        "timeout_keep_alive": KEEP_ALIVE_S,
+        "http": HTTP_PROTOCOL,  # drops clients that never finish their headers or send their body too slowly
     }
     if settings.workers == 1:
         from proctor.api.app import create_app
