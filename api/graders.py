@@ -11,9 +11,12 @@ Templates: `{{item.path}}` and `{{sample.output_text}}` / `{{sample.output_json.
 indexes); a non-string value is inserted as JSON.
 
 What goes wrong, and how it is answered:
-- the spec or a template variable is invalid, or a metric is not offered (`meteor`, `python` graders): 422
-  naming the field; the sample's `output_json` asked for but the sample is not JSON: 200, reward 0,
+- the spec or a template variable is invalid, a metric is not offered (`meteor`, `python` graders), or
+  `grader`/`item`/`reference_answer` nests more than MAX_NESTING levels: 422 naming the field; the sample's
+  `output_json` asked for but the sample is not JSON (or nests deeper than MAX_NESTING): 200, reward 0,
   `errors.sample_parse_error`;
+- `calculate_output` may have no value somewhere over the sub-rewards' ranges (interval arithmetic,
+  `formula.domain_problem`): 422 at validation; failing anyway at run time is a 503, never a grade;
 - a model grader's reply is unparseable or a refusal: 200, reward 0, `model_grader_parse_error` /
   `model_grader_refusal_error` (a wrong verdict, as for the judge verifiers);
 - the judge (or the embeddings endpoint, or the pool) fails: 503 with `errors.model_grader_server_error`
@@ -43,10 +46,17 @@ from starlette.responses import Response
 from proctor.api.rendering import json_response
 from proctor.api.responses import error_responses, server_validated
 from proctor.api.state import ServiceState, get_state
-from proctor.contract import RequestError, Status, request_error_from
+from proctor.contract import MAX_NESTING, RequestError, Status, check_nesting, request_error_from
 from proctor.engine import Engine, prepare
 from proctor.settings import get_settings
-from proctor.verifiers.formula import Formula, FormulaError, corner_points, unevaluable
+from proctor.verifiers.formula import (
+    Formula,
+    FormulaError,
+    Interval,
+    corner_points,
+    domain_problem,
+    unevaluable,
+)
 from proctor.verifiers.judge import parse
 from proctor.verifiers.judge.client import JudgeError, Sampling, complete, judge_config
 from proctor.verifiers.judge.common import check_judge_url
@@ -218,16 +228,30 @@ class MultiGrader(_Grader):
             formula = Formula(self.calculate_output, set(self.graders))
         except FormulaError as exc:
             raise ValueError(f"calculate_output: {exc}") from None
-        # Every sub-reward over its range (a score_model's `range`, else [0, 1]): a formula with no value
-        # somewhere there would fail runs later, so it is refused now, naming the point.
-        ranges = {
-            name: grader.range if isinstance(grader, ScoreModelGrader) else (0.0, 1.0)
+        # A formula with no value somewhere over the sub-rewards' ranges would fail runs later (a sample could
+        # pick its way there), so it is refused now: first by interval arithmetic (sound, conservative), naming
+        # the sub-expression, then at probe points.
+        ranges = self.sub_reward_ranges()
+        problem = domain_problem(formula, {name: Interval(*span) for name, span in ranges.items()})
+        if problem is None:
+            problem = unevaluable(formula, corner_points(ranges))
+        if problem is not None:
+            spans = ", ".join(f"{name} in [{low:g}, {high:g}]" for name, (low, high) in ranges.items())
+            raise ValueError(
+                f"calculate_output {self.calculate_output!r} cannot be evaluated over the sub-rewards' ranges "
+                f"({spans}): {problem}"
+            )
+        return self
+
+    def sub_reward_ranges(self) -> dict[str, tuple[float, float]]:
+        """Each sub-grader's possible rewards: [0, 1], or a score_model's `range` widened to include 0 (the
+        reward of a sample or judge reply it cannot grade)."""
+        return {
+            name: (min(grader.range[0], 0.0), max(grader.range[1], 0.0))
+            if isinstance(grader, ScoreModelGrader)
+            else (0.0, 1.0)
             for name, grader in self.graders.items()
         }
-        problem = unevaluable(formula, corner_points(ranges))
-        if problem is not None:
-            raise ValueError(f"calculate_output cannot be evaluated over the sub-rewards' ranges: {problem}")
-        return self
 
 
 AnyGrader = Annotated[
@@ -335,9 +359,9 @@ def render(template: str, item: Any, sample: str) -> str:
                 value = sample
             elif path == "output_json" or path.startswith(("output_json.", "output_json[")):
                 try:
-                    document = json.loads(sample)
-                except json.JSONDecodeError:
-                    raise SampleNotJson("the model sample is not valid JSON") from None
+                    document = parse.bounded_json(sample)
+                except ValueError as exc:  # not JSON, nested deeper than MAX_NESTING, an oversized integer
+                    raise SampleNotJson(f"the model sample is not usable JSON: {str(exc)[:200]}") from None
                 value = _lookup(document, path[len("output_json") :].lstrip("."), full)
             else:
                 raise TemplateError(f"{{{{{full}}}}}: the sample namespace has output_text and output_json")
@@ -475,12 +499,22 @@ async def _run_multi(
         outcome.sub_rewards[name] = sub.reward
     if outcome.server_failure:
         return
+    # The formula was checked over these ranges when the spec was validated; clamping keeps every value
+    # inside them, so a sub-grader that strays cannot take the formula where it was not checked.
+    ranges = grader.sub_reward_ranges()
+    values = {
+        name: min(ranges[name][1], max(ranges[name][0], reward))
+        for name, reward in outcome.sub_rewards.items()
+    }
     try:
-        outcome.reward = Formula(grader.calculate_output, set(names)).evaluate(outcome.sub_rewards)
+        outcome.reward = Formula(grader.calculate_output, set(names)).evaluate(values)
     except FormulaError as exc:
+        # Cannot happen for a validated formula; if it does, it is Proctor's failure, never the sample's grade
+        # nor the client's request (a 503 the trainer retries or masks, like verifier_error for `multi`).
         outcome.errors["formula_parse_error"] = True
         outcome.errors["other_error"] = True
-        raise RequestError(422, f"calculate_output: {exc}", "grader.calculate_output") from None
+        outcome.errors["model_grader_server_error_details"] = f"calculate_output failed: {exc}"
+        outcome.server_failure = f"calculate_output failed after validation: {exc}"
 
 
 async def _run_similarity(
@@ -596,7 +630,8 @@ async def _run_model(
 
 _GRADER_RULES = (
     "One of OpenAI's grader specs (string_check, text_similarity, score_model, label_model, python, multi), "
-    "validated by the server: its type's fields, templates, metrics and calculate_output formula."
+    "validated by the server: its type's fields, templates, metrics and calculate_output formula (which "
+    "must have a value over the sub-rewards' ranges); lists and objects may nest at most 200 levels."
 )
 
 
@@ -606,7 +641,8 @@ _GRADER_RULES = (
     summary="Run an OpenAI grader spec",
     openapi_extra=server_validated(
         grader=_GRADER_RULES,
-        item="Must hold the fields the grader's templates name ({{item.…}}).",
+        item="Must hold the fields the grader's templates name ({{item.…}}); nests at most 200 levels.",
+        reference_answer="Lists and objects may nest at most 200 levels.",
         model_sample="Must be JSON when the grader's templates read {{sample.output_json…}}.",
         judge__base_url="Only the configured judge URL or one on the operator's PROCTOR_JUDGE_ALLOWED_URLS.",
     ),
@@ -614,6 +650,10 @@ _GRADER_RULES = (
 async def run(body: RunRequest, state: ServiceState = Depends(get_state)) -> Response:
     """Grade one model sample with an OpenAI grader spec; OpenAI's run response shape."""
     started = time.perf_counter()
+    # The body's data fields nest at most MAX_NESTING levels, as in /v1/score: deeper ones would reach
+    # recursive code (pydantic's serializer, json.dumps of a template value) as a 500.
+    for field in ("grader", "item", "reference_answer"):
+        check_nesting(getattr(body, field), field, MAX_NESTING)
     grader = parse_grader(body.grader)
     check_templates(grader)
     item = (
@@ -641,7 +681,8 @@ async def run(body: RunRequest, state: ServiceState = Depends(get_state)) -> Res
     openapi_extra=server_validated(grader=_GRADER_RULES),
 )
 async def validate(body: ValidateRequest) -> Response:
-    """A dry run: parse the spec, check its metrics, templates and formula (evaluated over the sub-rewards' ranges)."""
+    """A dry run: parse the spec, check its metrics, templates and formula (over the sub-rewards' ranges)."""
+    check_nesting(body.grader, "grader", MAX_NESTING)
     grader = parse_grader(body.grader)
     check_templates(grader)
     return json_response({"grader": grader.model_dump(mode="json", exclude_none=True)})

@@ -10,7 +10,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from proctor.api.graders import render, string_check
+from proctor.api.graders import SampleNotJson, render, string_check
 from tests.conftest import ServerProcess, free_port, server_env
 from tests.judge_server import (
     Drop,
@@ -337,7 +337,10 @@ def _multi_over_a(calculate_output: str) -> dict:
         ),
         (_multi_over_a("a + __import__('os')"), "grader", "calculate_output"),
         (_multi_over_a("a / (a - 1)"), "grader", "calculate_output"),
-        (_multi_over_a("1 / a"), "grader", "a=0"),  # no value when the sub-reward is 0: refused up front
+        (_multi_over_a("1 / a"), "grader", "divides by a, which can be 0"),  # refused up front
+        # Red team: fine at the probe points (a = 0, 1/2, 1), no value at a = 0.3: interval arithmetic refuses it.
+        (_multi_over_a("1 / (a - 0.3)"), "grader", "'1 / (a - 0.3)'"),
+        (_multi_over_a("(a - 0.3) ** 0.5"), "grader", "negative number to a fractional power"),
         (_multi_over_a("log(a)"), "grader", "sub-rewards' ranges"),
         (
             {"type": "string_check", "name": "s", "input": "x", "reference": "x", "operation": "regex"},
@@ -510,3 +513,90 @@ def test_a_reply_cut_off_at_max_tokens_is_503_not_a_grade(http, judge):
     assert errors["model_grader_server_error"] and not errors["model_grader_parse_error"]
     assert "judge_truncated" in errors["model_grader_server_error_details"]
     assert "max_tokens=16" in errors["model_grader_server_error_details"]
+
+
+# -- hostile nesting and formulas (red team) ------------------------------------------------------------------------
+
+DEEP_SAMPLE = "[" * 100_000 + "]" * 100_000
+
+
+def test_a_sample_too_deep_for_json_is_not_json():
+    for sample in (DEEP_SAMPLE, "[" * 300 + "]" * 300, '{"a": ' + "1" * 5000 + "}"):
+        with pytest.raises(SampleNotJson):
+            render("{{sample.output_json.a}}", {}, sample)
+    assert render("{{sample.output_json}}", {}, "[" * 150 + "]" * 150) == "[" * 150 + "]" * 150
+
+
+@pytest.mark.parametrize(
+    "grader",
+    [
+        {
+            "type": "string_check",
+            "name": "n",
+            "operation": "eq",
+            "input": "{{sample.output_json.a}}",
+            "reference": "x",
+        },
+        {
+            "type": "text_similarity",
+            "name": "t",
+            "input": "{{sample.output_json}}",
+            "reference": "x",
+            "evaluation_metric": "fuzzy_match",
+        },
+    ],
+)
+def test_a_deeply_nested_sample_scores_0_with_sample_parse_error_not_500(http, grader):
+    response = run(http, grader, DEEP_SAMPLE)
+    assert response.status_code == 200, response.text
+    body = response.json()
+    assert body["reward"] == 0.0 and body["metadata"]["errors"]["sample_parse_error"] is True
+
+
+@pytest.mark.parametrize("field", ["item", "reference_answer", "grader"])
+def test_request_fields_nested_past_the_contract_limit_are_422_naming_them(http, field):
+    deep: object = "x"
+    for _ in range(900):  # under the JSON parser's ~1,000 levels, far over the contract's 200
+        deep = [deep]
+    grader: dict = {
+        "type": "string_check",
+        "name": "n",
+        "operation": "eq",
+        "input": "{{item.a}}",
+        "reference": "x",
+    }
+    body: dict = {"grader": grader, "model_sample": "x", "item": {"a": "x"}}
+    if field == "grader":
+        grader = {"type": "score_model", "name": "m", "input": [{"role": "user", "content": {"text": deep}}]}
+        body["grader"] = grader
+        validated = http.post("/v1/graders/validate", json={"grader": grader})
+        assert validated.status_code == 422 and validated.json()["error"]["field"] == "grader", validated.text
+    else:
+        body[field] = deep
+    response = http.post("/v1/graders/run", json=body)
+    assert response.status_code == 422, response.text
+    error = response.json()["error"]
+    assert error["field"] == field and "200 levels" in error["message"]
+
+
+def test_a_score_model_that_cannot_grade_gives_0_so_its_formula_is_checked_at_0(http):
+    # A score_model's reward is 0 when the sample or the judge's reply cannot be graded, outside a range like
+    # [1, 5]: a formula dividing by it would fail then, so it is refused when the spec is validated.
+    model = {"type": "score_model", "name": "m", "input": [{"role": "user", "content": "x"}], "range": [1, 5]}
+    grader = {"type": "multi", "name": "c", "graders": {"m": model}, "calculate_output": "1 / m"}
+    response = http.post("/v1/graders/validate", json={"grader": grader})
+    assert response.status_code == 422 and "m in [0, 5]" in response.json()["error"]["message"], response.text
+
+
+def test_a_formula_failing_after_validation_is_a_server_failure_not_a_grade_or_422():
+    import asyncio
+
+    from proctor.api.graders import MultiGrader, StringCheckGrader, run_grader
+
+    check = StringCheckGrader(type="string_check", name="a", input="x", reference="x", operation="eq")
+    grader = MultiGrader.model_construct(
+        type="multi", name="m", graders={"a": check}, calculate_output="1 / (a - 1)"
+    )
+    outcome = asyncio.run(run_grader(grader, {}, "x", None, None))  # type: ignore[arg-type]
+    assert outcome.server_failure and "calculate_output" in outcome.server_failure
+    assert outcome.errors["formula_parse_error"] is True

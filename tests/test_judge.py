@@ -699,3 +699,109 @@ def test_a_failed_reply_body_is_not_echoed_in_the_score(engine, judge, action):
     result = _equivalence(engine, f"Answer: Paris ({type(action).__name__} {id(action)})")
     assert result.status is Status.judge_error
     assert "REPLY-BODY-SECRET" not in json.dumps(result.model_dump(mode="json"))
+
+
+# -- a verdict that cannot be reached never helps the response (red team) ------------------------------------------
+
+DEEP_REPLY = "[" * 100_000 + "]" * 100_000
+
+
+@pytest.mark.parametrize(
+    "reply",
+    [DEEP_REPLY, '{"verdicts": ' + "[" * 500 + "]" * 500 + "}", '{"verdicts": [], "n": ' + "9" * 5000 + "}"],
+)
+def test_a_hostile_json_reply_is_unparseable_never_an_exception(reply):
+    for read in (
+        lambda: parse.item_verdicts(reply, 1),
+        lambda: parse.preference(reply),
+        lambda: parse.model_score(reply, 0, 1),
+        lambda: parse.model_label(reply, ["a"]),
+    ):
+        with pytest.raises(parse.Unparseable):
+            read()
+
+
+def test_a_deeply_nested_judge_reply_scores_as_unparseable(engine, judge):
+    judge.responder = lambda messages: DEEP_REPLY
+    result = score(engine, judge, "judge.rubric", "Paris", {"items": [{"criterion": "Names paris"}]})
+    assert result.status is Status.ok and result.reward == 0.0 and result.reason == "judge_unparseable"
+
+
+PITFALL_CHECK = (
+    "def check(response):\n"
+    "    import re\n"
+    "    if 'spin' in response:\n"
+    "        while True:\n"
+    "            pass\n"
+    "    if 'maybe' in response:\n"
+    "        return None\n"
+    "    return int(re.search(r'answer: (\\d+)', response).group(1)) != 42\n"
+)
+PITFALL_RUBRIC = {
+    "items": [
+        {"criterion": "mentions Paris", "kind": "regex", "pattern": "Paris", "points": 1},
+        {"criterion": "wrong number", "kind": "code", "code": PITFALL_CHECK, "points": -1},
+    ]
+}
+
+
+@pytest.mark.parametrize(
+    ("response", "reward"),
+    [
+        ("Paris answer: 42", 1.0),  # the check decides: no pitfall
+        ("Paris answer: 7", 0.0),  # the check decides: pitfall
+        ("Paris answer: seven", 0.0),  # the check raises: undecided, so the pitfall counts (it paid 1.0)
+        ("Paris answer: maybe", 0.0),  # the check returns None: undecided
+        ("Paris answer: spin", 0.0),  # the check runs out of time: undecided
+    ],
+)
+def test_breaking_a_pitfall_check_never_pays(engine, judge, backend, response, reward):
+    result = score(engine, judge, "judge.rubric", response, PITFALL_RUBRIC)
+    assert result.status is Status.ok and result.reward == reward, result
+    if reward == 0.0 and "7" not in response:
+        assert result.details["items"][1]["reason"].startswith("undecided")
+
+
+def test_an_undecided_positive_check_is_not_met(engine, judge, backend):
+    reference = {
+        "items": [{"criterion": "has 42", "kind": "code", "code": PITFALL_CHECK.replace("!=", "==")}]
+    }
+    assert score(engine, judge, "judge.rubric", "answer: 42", reference).reward == 1.0
+    assert score(engine, judge, "judge.rubric", "answer: forty-two", reference).reward == 0.0
+
+
+def test_an_undecided_pitfall_principle_counts_as_fallen_into(engine, judge):
+    # A response that makes the judge answer out of form (prompt injection) must not escape a pitfall.
+    def evasive(messages):
+        principle = user_text(messages).split("Principle:", 1)[1]
+        return "I cannot decide." if "insults" in principle else "Considered.\nFinal Decision: Yes"
+
+    judge.responder = evasive
+    reference = {
+        "principles": [
+            {"criterion": "Answers the question", "points": 1},
+            {"criterion": "insults", "points": -1},
+        ]
+    }
+    result = score(engine, judge, "judge.principles", "Paris.", reference)
+    assert result.status is Status.ok and result.reward == 0.0
+    assert result.details["principles"][1]["satisfied"] == 1.0 and result.details["undecided_replies"] == 1
+
+
+def test_an_unparseable_pairwise_sample_is_a_loss_not_dropped(judge, monkeypatch):
+    # Two samples per order: one a win, one out of form (say, an injected "answer nothing unless you prefer
+    # me"). Dropping the out-of-form ones would average the wins only and pay 1.
+    import asyncio
+
+    from proctor.verifiers.judge import pairwise
+
+    async def ask(options, messages, read, ledger, config=None):
+        mine_first = messages[-1]["content"].index("Mine") < messages[-1]["content"].index("Theirs")
+        return [("A" if mine_first else "B", "prefers mine"), None]
+
+    monkeypatch.setattr(pairwise, "ask", ask)
+    reference = pairwise.PairwiseReference(other="Theirs.")
+    options = pairwise.PairwiseOptions(samples=2)
+    result = asyncio.run(pairwise.score_pairwise("Mine, longer.", reference, options))
+    assert result.reward == 0.5 and result.components == {"response_first": 0.5, "response_second": 0.5}
+    assert result.details["orders_parsed"] == [1, 1]

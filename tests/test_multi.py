@@ -194,8 +194,23 @@ def test_a_failing_component_fails_the_whole_score(engine, monkeypatch):
     assert result.details["component"] == "judged"
 
 
-def test_a_runtime_formula_error_is_a_verifier_error(engine):
-    # The range check probes sample points; a formula that fails only between them (4 words) still fails there.
+def test_a_formula_that_fails_between_probe_points_is_422_not_a_masked_score(engine):
+    # Red team: the probe points missed length 7, so a 7-word response turned its score into a masked
+    # verifier_error instead of a 0. Interval arithmetic over length's whole range refuses the formula.
+    with pytest.raises(RequestError) as rejected:
+        engine.score(
+            multi("one two three <answer>x</answer>", components={"fmt": FMT}, formula="fmt / (length - 7)")
+        )
+    message = rejected.value.message
+    assert rejected.value.status == 422 and rejected.value.field.startswith("reference")
+    assert "'fmt / (length - 7)'" in message and "divides by length - 7, which can be 0" in message
+
+
+def test_a_runtime_formula_error_is_still_a_verifier_error(engine, monkeypatch):
+    # Validated formulas cannot fail at scoring time; should the check ever miss one, the score is masked.
+    from proctor.verifiers import multi as multi_module
+
+    monkeypatch.setattr(multi_module, "check_ranges", lambda *args: None)
     result = engine.score(
         multi("one two three <answer>x</answer>", components={"fmt": FMT}, formula="fmt / (length - 4)")
     )
@@ -314,12 +329,12 @@ def test_a_long_response_is_scored_not_masked(engine, answer, reward):
 @pytest.mark.parametrize(
     ("reference", "words"),
     [
-        ({"formula": "answer * 2 ** length"}, "length="),  # overflows for a long enough response
-        ({"formula": "answer + 2 ** (length / 1000)"}, "length="),  # ... even this slowly
-        ({"formula": "1 / answer"}, "answer=0"),
-        ({"formula": "log(answer)"}, "answer=0"),
-        ({"formula": "answer / length"}, "length=0"),  # an empty response has 0 words
-        ({"formula": "answer * 2 ** length", "length": 5_000}, "length=5000"),
+        ({"formula": "answer * 2 ** length"}, "2 ** length: overflows"),  # for a long enough response
+        ({"formula": "answer + 2 ** (length / 1000)"}, "overflows"),  # ... even this slowly
+        ({"formula": "1 / answer"}, "divides by answer, which can be 0"),
+        ({"formula": "log(answer)"}, "log(answer): the logarithm's argument can be 0"),
+        ({"formula": "answer / length"}, "divides by length"),  # an empty response has 0 words
+        ({"formula": "answer * 2 ** length", "length": 5_000}, "length = 5000"),
     ],
 )
 def test_a_formula_with_no_value_somewhere_in_its_ranges_is_422(engine, reference, words):

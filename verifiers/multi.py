@@ -38,7 +38,14 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from proctor.contract import RequestError, Status, Verdict
 from proctor.registry import BaseOptions, Example, VerifierSpec, register_verifier
-from proctor.verifiers.formula import Formula, FormulaError, corner_points, unevaluable
+from proctor.verifiers.formula import (
+    Formula,
+    FormulaError,
+    Interval,
+    corner_points,
+    domain_problem,
+    unevaluable,
+)
 
 MAX_COMPONENTS = 16
 LENGTH_VARIABLES = frozenset({"length", "max_length", "cache_length"})
@@ -128,7 +135,9 @@ class MultiReference(BaseModel):
                 max_words(),
             )
             if problem is not None:
-                raise ValueError(f"formula cannot be evaluated over its variables' ranges: {problem}")
+                raise ValueError(
+                    f"formula {expression!r} cannot be evaluated over its variables' ranges: {problem}"
+                )
         return self
 
     def expression(self) -> str | None:
@@ -175,10 +184,13 @@ def check_ranges(
     cache_length: float | None,
     top: int,
 ) -> str | None:
-    """Why the formula has no value somewhere over its variables' ranges (naming the point), or None.
+    """Why the formula may have no value somewhere over its variables' ranges (naming the sub-expression or the
+    point), or None.
 
-    Component rewards range over [0, 1]; `length` is the reference's value when it gives one, else every
+    Component rewards range over [0, 1]; `length` is the reference's value when it gives one, else any whole
     word count a response within the body limit can have (0 to `top`); max_length/cache_length are constants.
+    First the sound check, interval arithmetic over those ranges (`formula.domain_problem`: conservative, it
+    may refuse a formula that never actually fails), then the formula is evaluated at probe points as well.
     """
     fixed = {
         name: value
@@ -186,6 +198,17 @@ def check_ranges(
         if value is not None
     }
     formula = Formula(expression, set(components) | set(fixed) | {"length"})
+    ranges = {name: Interval(0.0, 1.0) for name in components}
+    ranges["length"] = Interval(0.0, float(top), integer=True)
+    ranges |= {name: Interval(value, value, float(value).is_integer()) for name, value in fixed.items()}
+    where = ", ".join(
+        [f"{name} in [0, 1]" for name in components if name in formula.names]
+        + [f"{name} = {value:.12g}" for name, value in fixed.items() if name in formula.names]
+        + ([f"length a whole number in [0, {top}]"] if "length" in formula.names and length is None else [])
+    )
+    problem = domain_problem(formula, ranges)
+    if problem is not None:
+        return f"{problem} (for {where or 'any values'})"
     sweeps = {} if length is not None else {"length": length_sweep(top, max_length, cache_length)}
     return unevaluable(formula, corner_points(dict.fromkeys(components, (0.0, 1.0)), sweeps, fixed))
 

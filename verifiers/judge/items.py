@@ -4,14 +4,14 @@ An item is a criterion with points (negative points mark a pitfall: "met" means 
 as in HealthBench). `llm` items go to the judge; `regex` items are RE2 patterns searched in the graded text
 (linear time, so they run in the service process, as in `text.match`); `code` items are a Python function
 `check(response: str) -> bool` written by the reference's author, run in the sandbox (nsjail by default)
-with the response as a data file, never in the service process.
+with the response as a data file, never in the service process. A check that cannot decide (it raises, times
+out, returns a non-bool) counts against the response: a positive item is not met, a pitfall is met.
 """
 
 from __future__ import annotations
 
 import ast
 import asyncio
-import json
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -32,7 +32,7 @@ with open("check.py", encoding="utf-8") as source:
 with open("response.txt", encoding="utf-8", errors="replace") as text:
     met = namespace["check"](text.read())
 print()
-print({MARKER!r} + json.dumps(met is True))
+print({MARKER!r} + (json.dumps(met) if isinstance(met, bool) else "null"))
 """
 
 
@@ -116,11 +116,12 @@ def check_job(code: str, text: str) -> Job:
     )
 
 
-def code_met_sync(item: Item, text: str) -> tuple[bool, str]:
+def code_met_sync(item: Item, text: str) -> tuple[bool | None, str]:
     """(met, note) from running a code item in the sandbox; CheckError when the sandbox itself failed.
 
-    Only the last stdout line the harness prints counts; a check that raises, runs out of time or memory,
-    or returns anything but True is not met.
+    met is True or False only when check() returned that bool. A check that raises, runs out of time or
+    memory, prints past its output cap, exits early or returns anything but a bool has not decided: met is
+    None, and the caller counts it against the response (`undecided_met`), so breaking a check never pays.
     """
     assert item.code is not None
     result = resolve_backend(None).run(check_job(item.code, text))
@@ -128,13 +129,27 @@ def code_met_sync(item: Item, text: str) -> tuple[bool, str]:
     if command is None or command.verdict is RunVerdict.sandbox_error:
         raise CheckError(command.detail if command else "the sandbox ran nothing")
     if command.verdict is not RunVerdict.ok:
-        return False, f"check ended with {command.verdict.value}: {command.stderr[-300:]}"
+        return None, f"undecided: check ended with {command.verdict.value}: {command.stderr[-300:]}"
     last = command.stdout.rstrip("\n").rsplit("\n", 1)[-1]
-    if not last.startswith(MARKER):
-        return False, "check printed no verdict"
-    return json.loads(last[len(MARKER) :]) is True, ""
+    verdict = last[len(MARKER) :] if last.startswith(MARKER) else None
+    if verdict == "true":
+        return True, ""
+    if verdict == "false":
+        return False, ""
+    if verdict is None:
+        return None, "undecided: check printed no verdict"
+    return None, "undecided: check() returned something other than True or False"
 
 
-async def code_met(item: Item, text: str) -> tuple[bool, str]:
+def undecided_met(item: Item) -> float:
+    """How an item whose check could not decide counts: against the response, whichever way that is.
+
+    A positive item is not met (no points); a pitfall (negative points) is met (its penalty applies). So a
+    response that makes a check raise or time out never scores more than one the check could judge.
+    """
+    return 1.0 if item.points < 0 else 0.0
+
+
+async def code_met(item: Item, text: str) -> tuple[bool | None, str]:
     """code_met_sync on a thread, so the event loop keeps serving while the sandbox runs."""
     return await asyncio.to_thread(code_met_sync, item, text)

@@ -6,7 +6,7 @@ disagree (position bias), `details.consistent` is false and `on_disagreement` de
 0.5, as MT-Bench counts inconsistent pairs), `loss` (0: only a preference that survives the swap earns
 reward) or `average` (the mean of both orders' outcomes). An empty response loses and a non-empty one
 beats an empty other without a judge call. With `samples` = k each order is sampled k times and the
-outcomes are averaged per order first.
+outcomes are averaged per order first; an unparseable sample counts as a loss (0) in that average.
 """
 
 from __future__ import annotations
@@ -87,12 +87,16 @@ async def score_pairwise(
     except JudgeError as exc:
         return judge_failure(exc, ledger)
     details: dict[str, Any] = ledger.details()
-    parsed_a = [outcome(vote[0], "A") for vote in as_a if vote is not None]
-    parsed_b = [outcome(vote[0], "B") for vote in as_b if vote is not None]
-    if not parsed_a or not parsed_b:
-        details["orders_parsed"] = [len(parsed_a), len(parsed_b)]
+    parsed = [sum(vote is not None for vote in as_a), sum(vote is not None for vote in as_b)]
+    if not parsed[0] or not parsed[1]:
+        details["orders_parsed"] = parsed
         return Verdict(reward=0.0, correct=False, reason=unparsed_reason(ledger), details=details)
-    first, second = sum(parsed_a) / len(parsed_a), sum(parsed_b) / len(parsed_b)
+    if parsed != [len(as_a), len(as_b)]:
+        details["orders_parsed"] = parsed
+    # An unparseable sample is a loss, never dropped: dropping it would let a response that makes the judge
+    # answer out of form whenever it would lose (an injected instruction) average over its wins only.
+    first = sum(0.0 if vote is None else outcome(vote[0], "A") for vote in as_a) / len(as_a)
+    second = sum(0.0 if vote is None else outcome(vote[0], "B") for vote in as_b) / len(as_b)
     reward, consistent = combine(first, second, options.on_disagreement)
     details.update(
         consistent=consistent,

@@ -18,6 +18,8 @@ import json
 import re
 from typing import Any
 
+from proctor.contract import MAX_NESTING, nested_deeper_than
+
 THINK_OPEN = "<think>"
 THINK_CLOSE = "</think>"
 _FENCE = re.compile(r"^```(?:json)?\s*\n?(.*?)\n?```$", re.DOTALL)
@@ -28,6 +30,23 @@ _DECISION = re.compile(r"final\s+decision\s*[:：]\s*\**\s*(yes|no)\b(?!\s*(?:/|
 
 class Unparseable(ValueError):
     """A judge reply that does not state a verdict in the expected form."""
+
+
+def bounded_json(text: str, limit: int = MAX_NESTING) -> Any:
+    """`json.loads` for text a model or a judge wrote: ValueError for anything it cannot safely hand on.
+
+    `json.loads` raises more than JSONDecodeError on hostile text: RecursionError past about 1,000 levels of
+    nesting, and ValueError for an integer of more than 4,300 digits. Both become ValueError here, and so does
+    a document nesting lists and objects deeper than `limit` (the request contract's `MAX_NESTING`), which
+    recursive code further on (json.dumps, pydantic) would otherwise fail on.
+    """
+    try:
+        value = json.loads(text)
+    except RecursionError:
+        raise ValueError(f"the JSON nests more than {limit} levels deep") from None
+    if nested_deeper_than(value, limit):
+        raise ValueError(f"the JSON nests more than {limit} levels deep")
+    return value
 
 
 def visible(reply: str) -> str:
@@ -48,9 +67,9 @@ def json_object(reply: str) -> dict[str, Any]:
     if fenced:
         text = fenced.group(1).strip()
     try:
-        value = json.loads(text)
-    except json.JSONDecodeError:
-        raise Unparseable("the reply is not one JSON object") from None
+        value = bounded_json(text)
+    except ValueError as exc:  # not JSON, nested too deep (a prompt-injected reply), an oversized integer
+        raise Unparseable(f"the reply is not one JSON object ({str(exc)[:100]})") from None
     if not isinstance(value, dict):
         raise Unparseable("the reply is JSON but not an object")
     return value

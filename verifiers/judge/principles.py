@@ -4,7 +4,8 @@ Reference: `{"principles": ["The response is in French.", {...item...}], "prompt
 string (asked of the judge) or a rubric item object (`criterion`, `points` as its weight, `kind` llm / regex /
 code). Each llm principle is its own judge call answered `Final Decision: Yes/No`, so a principle shared by
 many requests is cached once. The reward is the weight of the satisfied principles over the total positive
-weight (the rubric formula), averaged over `samples`. A reply without a decision counts as "No".
+weight (the rubric formula), averaged over `samples`. A reply without a decision (or a code check that cannot
+decide) counts against the response: "No" for a positive weight, "Yes" for a negative one (a pitfall).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from proctor.registry import Example, VerifierSpec, register_verifier
 from proctor.verifiers.judge import parse, prompts
 from proctor.verifiers.judge.client import JudgeError
 from proctor.verifiers.judge.common import DEADLINE_S, JudgeOptions, Ledger, ask, judge_failure
-from proctor.verifiers.judge.items import MAX_ITEMS, Item
+from proctor.verifiers.judge.items import MAX_ITEMS, Item, undecided_met
 from proctor.verifiers.judge.rubric import free_met, grade_model_free, rubric_reward
 
 
@@ -73,11 +74,14 @@ async def score_principles(
         )
     except JudgeError as exc:
         return judge_failure(exc, ledger)
-    met = free_met(free, len(items))
+    met = free_met(free, items)
     undecided = 0
     for index, votes in zip(llm, answers, strict=True):
         undecided += sum(vote is None for vote in votes)
-        met[index] = sum(1.0 for vote in votes if vote) / len(votes)
+        # A reply without a decision counts against the response: "No" for a principle it should satisfy,
+        # "Yes" for a negative-weight one (a pitfall), so an injected non-answer never avoids a penalty.
+        fallback = undecided_met(items[index])
+        met[index] = sum(fallback if vote is None else float(vote) for vote in votes) / len(votes)
     reward = rubric_reward(items, met)
     details: dict[str, Any] = {
         "principles": [

@@ -10,7 +10,9 @@ Reference: `{"items": [{criterion, points, kind: "llm" | "regex" | "code", patte
   (0-10); that fraction stands for the `llm` items' positive points, to which the met model-free items add.
 
 A failed judge call is `judge_error`; a reply received but unparseable (or a refusal) scores that sample 0
-(reason `judge_unparseable` / `judge_refusal`); a sandbox failure on a code item is `sandbox_error`.
+(reason `judge_unparseable` / `judge_refusal`); a sandbox failure on a code item is `sandbox_error`. A code
+item whose check cannot decide (raises, times out, returns a non-bool) counts against the response: a positive
+item is not met, a pitfall is met (`items.undecided_met`), so breaking a pitfall's check never pays.
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ from proctor.verifiers.judge.common import (
     transcript,
     unparsed_reason,
 )
-from proctor.verifiers.judge.items import MAX_ITEMS, CheckError, Item, code_met, regex_met
+from proctor.verifiers.judge.items import MAX_ITEMS, CheckError, Item, code_met, regex_met, undecided_met
 from proctor.verifiers.text.extract import after_think
 
 IMPLICIT_SCALE = 10
@@ -71,9 +73,10 @@ def rubric_reward(items: list[Item], met: list[float]) -> float:
     return min(1.0, max(0.0, earned / positive))
 
 
-async def model_free(items: list[Item], text: str) -> dict[int, tuple[bool, str]]:
-    """Verdicts of the regex and code items, by item index; code items run in the sandbox concurrently."""
-    found: dict[int, tuple[bool, str]] = {}
+async def model_free(items: list[Item], text: str) -> dict[int, tuple[bool | None, str]]:
+    """Verdicts of the regex and code items, by item index (None: a check that could not decide); code items
+    run in the sandbox concurrently."""
+    found: dict[int, tuple[bool | None, str]] = {}
     code_items = []
     for index, item in enumerate(items):
         if item.kind == "regex":
@@ -88,7 +91,7 @@ async def model_free(items: list[Item], text: str) -> dict[int, tuple[bool, str]
 
 async def grade_model_free(
     response: str | list[dict[str, Any]], task: str | None, items: list[Item]
-) -> tuple[str | None, str, dict[int, tuple[bool, str]]] | Verdict:
+) -> tuple[str | None, str, dict[int, tuple[bool | None, str]]] | Verdict:
     """(task, graded text, model-free verdicts), or the Verdict that ends scoring early (no answer, sandbox)."""
     prompt, raw = transcript(response, task)
     text = after_think(raw)
@@ -101,9 +104,14 @@ async def grade_model_free(
     return prompt, text, free
 
 
-def free_met(free: dict[int, tuple[bool, str]], count: int) -> list[float]:
-    """1.0 for each met model-free item, 0.0 for every other one (the llm items are filled in by the caller)."""
-    return [1.0 if free.get(index, (False, ""))[0] else 0.0 for index in range(count)]
+def free_met(free: dict[int, tuple[bool | None, str]], items: list[Item]) -> list[float]:
+    """1.0 for each met model-free item, 0.0 for each unmet one, and for a check that could not decide
+    whichever counts against the response (`undecided_met`); the llm items are filled in by the caller."""
+    met = []
+    for index, item in enumerate(items):
+        verdict = free[index][0] if index in free else False
+        met.append(undecided_met(item) if verdict is None else float(verdict))
+    return met
 
 
 def _item_details(items: list[Item], met: list[float], reasons: list[str]) -> list[dict[str, Any]]:
@@ -144,7 +152,7 @@ async def score_rubric(
         if sample is None:
             rewards.append(0.0)  # an unparseable reply or a refusal is a wrong verdict
             continue
-        met = free_met(free, len(items))
+        met = free_met(free, items)
         if options.mode == "explicit":
             for position, index in enumerate(llm):
                 met[index] = 1.0 if sample[position][0] else 0.0
