@@ -34,8 +34,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel
 
-from proctor.sandboxes import warm_server
-from proctor.sandboxes.backends.runner import longest_cpu_wait_s
+from proctor.sandboxes import storage, warm_server
+from proctor.sandboxes.backends.runner import add_cpu_wait_s, cpu_waits
 from proctor.sandboxes.job import Backend, CommandResult, File, Job, Limits, Verdict
 from proctor.sandboxes.languages import BASE_ENV, CompileOutcome, get_language, resolve_backend
 
@@ -51,6 +51,7 @@ GRACE_S = 2.0
 SERVER_CPU_SLACK_S = 0.05
 # How long the server may take to read one request (it reads whole requests before running anything).
 SEND_TIMEOUT_S = 10.0
+WAIT_SAMPLE_S = 0.02  # how often the host samples the jail's wait for a CPU during a request
 LOAD_LIMITS = Limits(cpu_s=10.0, memory_mb=512)
 Mode = Literal["stdio", "call"]
 
@@ -123,6 +124,12 @@ class _Jail:
         self.limited: tuple[int, int] | None = None
         self.buffer = bytearray()
         self.side = bytearray()  # the server's stderr and nsjail's log, last bytes kept for diagnostics
+        # Test requests the server received: from the first on, candidate code may have run in the jail, and
+        # whatever then goes wrong with the server (its death, its own errors) may be the program's doing.
+        self.requests = 0
+        self.wait_base: dict[int, float] = {}  # per task: its wait for a CPU when the request began
+        self.waited = 0.0
+        self._next_sample = 0.0
         try:
             if self.slot.box is not None:  # nsjail: the slot's own directory is the jail's /box
                 from proctor.sandboxes.backends.nsjail import BOX, SANDBOX_ID
@@ -196,11 +203,22 @@ class _Jail:
         except OSError as exc:
             raise _Protocol(f"the server stopped reading ({exc.strerror})") from None
 
-    def starved_s(self) -> float:
-        """Longest time a task of the jail has waited for a CPU (a loaded machine is not a slow program)."""
-        return longest_cpu_wait_s(
-            self.group.threads()[:32] if self.group is not None else [self.slot.waiting_pid]
-        )
+    def begin_wait(self) -> None:
+        """Start measuring a request's wait for a CPU: what the jail's tasks wait from now on."""
+        self.wait_base = cpu_waits(self._tids())
+        self.waited = 0.0
+
+    def sample_wait(self) -> float:
+        """The longest time one task of the jail has waited for a CPU since begin_wait (a loaded machine is not
+        a slow program), measured here from /proc: the server's own report may not be trusted. Sampled, so a
+        task that ended between samples may have waited more."""
+        now = cpu_waits(self._tids())
+        waits = [seconds - self.wait_base.get(tid, 0.0) for tid, seconds in now.items()]
+        self.waited = max(self.waited, *waits) if waits else self.waited
+        return self.waited
+
+    def _tids(self) -> list[int]:
+        return self.group.threads()[:32] if self.group is not None else [self.slot.waiting_pid]
 
     def receive(
         self, started: float, backstop_s: float, max_bytes: int, cpu_cap: float | None = None
@@ -214,7 +232,12 @@ class _Jail:
             if frame is not None:
                 return frame
             elapsed = time.monotonic() - started
-            if elapsed > backstop_s and (elapsed > 5 * backstop_s or elapsed - self.starved_s() > backstop_s):
+            if time.monotonic() >= self._next_sample:
+                self._next_sample = time.monotonic() + WAIT_SAMPLE_S
+                self.sample_wait()
+            if elapsed > backstop_s and (
+                elapsed > 5 * backstop_s or elapsed - self.sample_wait() > backstop_s
+            ):
                 raise _Protocol("deadline")
             if cpu_cap is not None and (self.cpu_s() or 0.0) > cpu_cap:
                 raise _Protocol("cpu")
@@ -360,7 +383,7 @@ class WarmPython:
     def _load(self) -> CompileOutcome:
         """Start a server; CompileOutcome says whether tests can run against it."""
         self.starts += 1
-        limits = self.load_limits
+        limits = self._clamp(self.load_limits)
         env = {**BASE_ENV, **get_language("python").env(limits.memory_mb)}
         argv = [PYTHON, "-I", SERVER_FILE, self.mode, "main.py"]
         started = time.monotonic()
@@ -375,6 +398,7 @@ class WarmPython:
         try:
             ready = jail.receive(started, limits.wall_backstop_s + GRACE_S, 1 << 20, cap)
         except _Protocol as exc:
+            add_cpu_wait_s(jail.sample_wait())
             wall = time.monotonic() - started
             side = jail.side_text()
             oom = jail.oom_kills() > oom_before
@@ -392,6 +416,7 @@ class WarmPython:
                 status=status,
                 message=f"the program ended while loading ({exc}). {side[-4000:]}",  # the end holds the status
             )
+        add_cpu_wait_s(jail.sample_wait())
         error = ready.get("error")
         if not ready.get("ready"):
             jail.close()
@@ -559,6 +584,7 @@ class WarmPython:
         calls: list[tuple[str, CallResult]] | None = None,
     ) -> tuple[dict[str, Any] | None, CommandResult]:
         self._next_id += 1
+        limits = self._clamp(limits)
         request.update(
             id=self._next_id,
             cpu_s=limits.cpu_s,
@@ -570,6 +596,12 @@ class WarmPython:
         try:
             jail.set_limits(limits)
         except OSError as exc:
+            if jail.requests and isinstance(exc, ProcessLookupError):  # the server died after a test ran
+                self._jail = None
+                jail.close()
+                return None, _failure(
+                    name, Verdict.runtime_error, f"the warm server is gone after a test: {exc}"
+                )
             return None, _failure(name, Verdict.sandbox_error, f"cannot set the sandbox's limits: {exc}")
         oom_before = jail.oom_kills()
         cpu_before = jail.cpu_s()
@@ -577,8 +609,10 @@ class WarmPython:
         paused = 0.0
         cap = None if cpu_before is None else cpu_before + limits.cpu_s * 1.5 + 0.5
         max_bytes = 8 * (2 * limits.output_bytes + limits.stderr_bytes) + MB
+        jail.begin_wait()
         try:
             jail.send(request)
+            jail.requests += 1
             while True:
                 reply = jail.receive(started + paused, limits.wall_backstop_s + GRACE_S, max_bytes, cap)
                 if on_call is None or "call" not in reply:
@@ -589,10 +623,36 @@ class WarmPython:
             if reply.get("id") != self._next_id:
                 raise _Protocol("a reply to another request")
         except _Protocol as exc:
+            add_cpu_wait_s(jail.sample_wait())
             return None, self._lost(jail, exc, limits, name, started, oom_before, script=on_call is not None)
         wall = time.monotonic() - started - paused
+        waited = jail.sample_wait()
+        if self._trusted:  # the server ran no candidate code: its measure of the child's wait holds
+            with contextlib.suppress(TypeError, ValueError):
+                waited = max(waited, min(float(reply.get("cpu_wait_s") or 0.0), wall))
+        add_cpu_wait_s(waited)
         cpu_used = None if cpu_before is None else (jail.cpu_s() or 0.0) - cpu_before
-        return reply, self._judge(reply, limits, name, wall, cpu_used, jail.oom_kills() > oom_before)
+        result = self._judge(
+            reply, limits, name, wall, cpu_used, jail.oom_kills() > oom_before, ran_before=jail.requests > 1
+        )
+        self._after_test(jail, reply, result)
+        return reply, result
+
+    def _clamp(self, limits: Limits) -> Limits:
+        """`limits` clamped to the backend's operator maxima (PROCTOR_SANDBOX_MAX_*), as every job's are."""
+        maxima = getattr(self.backend, "maxima", None)
+        return maxima.clamp(limits) if maxima is not None else limits
+
+    def _after_test(self, jail: _Jail, reply: dict[str, Any], result: CommandResult) -> None:
+        """What the jail says after a test: its tmpfs full (no byte or no inode left, even if the program
+        ignored the error) is `output_limit`, as for a job's command; a full or broken jail is replaced."""
+        budget, home = jail.slot.storage, jail.slot.home
+        what = storage.full(home) if budget is not None and home is not None else ""
+        if budget is not None and what and result.verdict in (Verdict.ok, Verdict.runtime_error):
+            result.verdict, result.detail = Verdict.output_limit, budget.describe(what)
+        if what or reply.get("server_failed"):
+            self._jail = None
+            jail.close()
 
     def _lost(
         self,
@@ -619,17 +679,30 @@ class WarmPython:
             return _failure(
                 name, Verdict.time_limit, f"CPU time passed {limits.cpu_s:g} s (jail cgroup)", wall
             )
+        # Once a test request reached the server, candidate code may have run in its jail: a test can starve or
+        # limit the server (setpriority, prlimit: refused by the seccomp policy, allowed by the kernel), so its
+        # death or silence is the program's verdict. Only a server that never got a test fails as machinery.
+        machinery = self._trusted and not jail.requests
         if why == "deadline":
             # Only a wedged server gets here: the server itself stops a test at its backstop.
-            verdict = Verdict.sandbox_error if self._trusted and not script else Verdict.time_limit
+            verdict = Verdict.sandbox_error if machinery and not script else Verdict.time_limit
             return _failure(name, verdict, f"the warm server did not answer within {wall:.1f} s", wall, side)
-        verdict = Verdict.sandbox_error if self._trusted else Verdict.runtime_error
+        verdict = Verdict.sandbox_error if machinery else Verdict.runtime_error
         return _failure(name, verdict, f"the warm server failed: {why}", wall, side)
 
     def _judge(
-        self, reply: dict[str, Any], limits: Limits, name: str, wall: float, cpu_used: float | None, oom: bool
+        self,
+        reply: dict[str, Any],
+        limits: Limits,
+        name: str,
+        wall: float,
+        cpu_used: float | None,
+        oom: bool,
+        ran_before: bool = False,
     ) -> CommandResult:
-        """The test's result from the server's reply, checked against the jail's own counters."""
+        """The test's result from the server's reply, checked against the jail's own counters. `ran_before`:
+        an earlier test ran in this jail, so even a trusted server's failure may be the program's doing."""
+        machinery = self._trusted and not ran_before
         try:
             verdict = Verdict(reply.get("verdict"))
             result = CommandResult(
@@ -647,9 +720,9 @@ class WarmPython:
                 detail=str(reply.get("detail", ""))[:2000],
             )
         except (ValueError, TypeError) as exc:
-            verdict = Verdict.sandbox_error if self._trusted else Verdict.runtime_error
+            verdict = Verdict.sandbox_error if machinery else Verdict.runtime_error
             return _failure(name, verdict, f"a malformed reply from the warm server: {exc}", wall)
-        if result.verdict is Verdict.sandbox_error and not self._trusted:
+        if result.verdict is Verdict.sandbox_error and not machinery:
             # A server that loaded the candidate speaks for the candidate: its "sandbox_error" is the program's
             # doing (say, it replaced the server's run_test), never a machinery failure that voids the score.
             result.verdict = Verdict.runtime_error

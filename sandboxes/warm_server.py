@@ -60,6 +60,10 @@ IS_INIT = os.getpid() == 1
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 MAX_DEPTH = 200
 MISSING_NAME = 113  # a test script's exit status when it died on a name that nothing defined
+# Whether candidate code has run in this jail (a forked test, or the import in call mode). From then on, anything
+# that goes wrong with the server itself (an OSError, a failed fork, its death) may be the program's doing: a
+# test can lower the server's rlimits (prlimit), which the seccomp policy refuses but the kernel would allow.
+CANDIDATE_RAN = [False]
 
 
 # -- plain data ----------------------------------------------------------------------------------------
@@ -430,6 +434,8 @@ def run_test(state, request):
                 child_stdio(state, request)
         finally:
             os._exit(111)
+    CANDIDATE_RAN[0] = True
+    state["child"] = pid
     for fd in (stdin_fd, out_w, err_w, res_w):
         if fd is not None:
             os.close(fd)
@@ -445,6 +451,7 @@ def run_test(state, request):
     verdict, detail, killed = None, "", False
     exited = False
     peak_cpu = 0.0
+    waited = 0.0  # the child's wait for a CPU (runnable, not running): a loaded machine, not the program
 
     def drain(fd):
         try:
@@ -475,9 +482,10 @@ def run_test(state, request):
         elapsed = time.monotonic() - started
         if verdict is None and elapsed > TICK_S:
             peak_cpu = max(peak_cpu, tree_cpu(pid) + reaped_cpu() - reaped_before)
+            waited = max(waited, waited_for_cpu(pid))
             if peak_cpu > cpu_limit:
                 verdict, detail = "time_limit", f"cpu {peak_cpu:.3f} s > {cpu_limit:.3f} s"
-            elif elapsed > wall_limit and elapsed - waited_for_cpu(pid) > wall_limit:
+            elif elapsed > wall_limit and elapsed - waited > wall_limit:
                 verdict, detail = (
                     "time_limit",
                     f"wall-clock backstop {wall_limit:.1f} s (sleeping or blocked)",
@@ -490,9 +498,11 @@ def run_test(state, request):
                 os.killpg(pid, signal.SIGKILL)
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
+    waited = max(waited, waited_for_cpu(pid))  # still readable: the child is not reaped yet
     _, status, usage = os.wait4(pid, 0)
     wall = time.monotonic() - started
     kill_leftovers(pid)
+    state["child"] = None
     # Take what is in the pipes. A survivor (only outside a pid namespace) may hold them open and keep
     # writing: read a bounded amount, never until EOF.
     for fd in list(open_fds):
@@ -526,6 +536,7 @@ def run_test(state, request):
         "signal": sig,
         "cpu_s": round(cpu, 6),
         "wall_s": round(wall, 6),
+        "cpu_wait_s": round(min(waited, wall), 6),
         "peak_memory_mb": round(usage.ru_maxrss / 1024, 3),
         "stdout": out[0].decode("utf-8", "replace"),
         "stdout_truncated": out[1] > out_cap,
@@ -537,6 +548,24 @@ def run_test(state, request):
         reply["returned"] = bool(raw) and streams[res_r][1] <= out_cap
         reply["result"] = raw.decode("utf-8", "replace") if reply["returned"] else ""
     return reply
+
+
+def server_failure(state, trace):
+    """The reply when the server itself failed during a test. Once candidate code ran in this jail that is the
+    program's verdict (runtime_error: a test may have lowered our rlimits or starved us), never a machinery
+    failure; before, it is one (sandbox_error). Either way the host replaces the server (`server_failed`)."""
+    if IS_INIT or state.get("child"):  # outside a pid namespace, only a child that is not reaped yet
+        with contextlib.suppress(Exception):
+            kill_leftovers(state.get("child"))
+    ran = CANDIDATE_RAN[0]
+    return {
+        "verdict": "runtime_error" if ran else "sandbox_error",
+        "detail": ("the warm server failed after the program ran: " if ran else "the warm server failed: ")
+        + trace[-2000:],
+        "exit_code": None,
+        "signal": None,
+        "server_failed": True,
+    }
 
 
 # -- startup -------------------------------------------------------------------------------------------
@@ -574,6 +603,7 @@ def load(mode, path):
     module = types.ModuleType("solution")
     module.__file__ = path
     sys.modules["solution"] = module
+    CANDIDATE_RAN[0] = True
     sys.path.insert(0, directory)
     try:
         exec(state["code"], module.__dict__)
@@ -647,7 +677,7 @@ def main():
         try:
             reply = run_test(state, request)
         except Exception:
-            reply = {"verdict": "sandbox_error", "detail": traceback.format_exc()[-2000:]}
+            reply = server_failure(state, traceback.format_exc())
         reply["id"] = request.get("id")
         write_frame(proto_out, reply)
 

@@ -15,6 +15,7 @@ import shutil
 import signal
 import subprocess
 import tempfile
+import threading
 import time
 import uuid
 from collections.abc import Callable
@@ -35,6 +36,7 @@ KILL_WAIT_S = 2.0  # how long a killed tree may take to die before we stop pumpi
 BASE_PATH = "/usr/local/bin:/usr/bin:/bin"
 MB = 1024 * 1024
 SHM_MIN_FREE = 1024 * MB
+WAIT_SAMPLE_S = 0.05  # how often a running command's wait for a CPU is sampled
 # Lines of a failing program's stderr that show it ran out of memory when no cgroup counter can say so.
 OOM_WORDS = ("MemoryError", "std::bad_alloc", "Cannot allocate memory", "out of memory", "OutOfMemoryError")
 
@@ -91,6 +93,23 @@ def sweep_private_dirs(owner: int | None = None) -> int:
         release_path(entry)
         removed += 1
     return removed
+
+
+_cpu_wait = threading.local()
+
+
+def add_cpu_wait_s(seconds: float) -> None:
+    """Count `seconds` that a program this thread ran waited for a CPU (see take_cpu_wait_s)."""
+    _cpu_wait.total = getattr(_cpu_wait, "total", 0.0) + max(0.0, seconds)
+
+
+def take_cpu_wait_s() -> float:
+    """Seconds the programs this thread ran (commands here, warm tests and calls in warm.py) spent waiting for
+    a CPU since the last call, and reset: a loaded machine, which a caller keeping its own wall-clock budget
+    (the code verifier's) discounts. Sampled while a command runs, so a short one may report less."""
+    total = getattr(_cpu_wait, "total", 0.0)
+    _cpu_wait.total = 0.0
+    return total
 
 
 def hard_wall_s(limits: Limits) -> float:
@@ -274,6 +293,7 @@ class Runner:
                 watch.wait()
             watch.close()
         wall = time.monotonic() - watch.start
+        add_cpu_wait_s(watch.waited)
         cpu = group.cpu_s() if group is not None else watch.rusage_cpu
         peak = group.peak_memory_mb() if group is not None else watch.rusage_peak_mb
         return Outcome(
@@ -313,6 +333,8 @@ class _Watch:
         self.ended_at: float | None = None
         self.killed_at: float | None = None
         self._next_starve_check = 0.0
+        self.waited = 0.0  # the longest wait for a CPU seen so far (sampled)
+        self._next_wait_sample = self.start + WAIT_SAMPLE_S
         try:
             # Readable when the process exits, so the pump reaps it at once rather than at the next poll.
             self.pidfd: int | None = os.pidfd_open(proc.pid)
@@ -341,6 +363,9 @@ class _Watch:
                 # The main process is gone: whatever it left behind (daemons holding the pipes) dies with it.
                 self.kill()
                 self.ended_at = now
+        if self.status is None and now >= self._next_wait_sample:
+            self._next_wait_sample = now + WAIT_SAMPLE_S
+            self.waited = max(self.waited, self._starved_s())
         if self.reason is None and self.status is None:
             self._check_limits(now)
         if self.status is not None:
@@ -359,6 +384,7 @@ class _Watch:
         elif elapsed > limits.wall_backstop_s and now >= self._next_starve_check:
             self._next_starve_check = now + 0.1
             starved = self._starved_s()
+            self.waited = max(self.waited, starved)
             if elapsed >= hard_wall_s(limits):
                 if starved > elapsed / 2:
                     self._stop(Verdict.sandbox_error, f"machine overloaded: waited {starved:.1f} s for a CPU")
@@ -429,14 +455,19 @@ def longest_cpu_wait_s(tids: list[int]) -> float:
 
     A loaded machine is not a slow program: wall-clock backstops subtract this so load cannot cause time limits.
     """
-    longest = 0
+    return max(cpu_waits(tids).values(), default=0.0)
+
+
+def cpu_waits(tids: list[int]) -> dict[int, float]:
+    """Each readable task's total time waiting for a CPU (runnable, not running), in seconds."""
+    found: dict[int, float] = {}
     for tid in tids:
         try:
             with open(f"/proc/{tid}/schedstat") as handle:
-                longest = max(longest, int(handle.read().split()[1]))
+                found[tid] = int(handle.read().split()[1]) / 1e9
         except (OSError, ValueError, IndexError):
             continue
-    return longest / 1e9
+    return found
 
 
 def runtime_out_of_memory(stderr: str, markers: tuple[str, ...]) -> bool:

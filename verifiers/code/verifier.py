@@ -35,7 +35,10 @@ solution that fails is verifier_error: never a reward of 0.
 Runs in the worker pool (execution="pool"); the default deadline is 60 s: compiling (a few seconds) plus, with
 stop_on_first_failure, the passing tests and one failing one. Under `fraction`, after MAX_TIME_LIMITS tests
 end in time_limit the remaining tests are not run and count as time_limit, which keeps a program that loops on
-every test within the deadline (a deterministic rule, unlike a wall-clock budget).
+every test within the deadline (a deterministic rule); a failed test that sat idle longer than its CPU limit
+counts toward it too. Behind that, `Budget`: a wall budget per response (BUDGET_SHARE of the deadline, less the
+time the program waited for a CPU) caps each test's backstop and, once spent, ends the run with the remaining
+tests as time_limit, so sleeping or blocking can never reach the pool's deadline (a masked timeout).
 """
 
 from __future__ import annotations
@@ -44,6 +47,8 @@ import ast
 import builtins
 import hashlib
 import json
+import math
+import os
 import re
 import threading
 import time
@@ -65,6 +70,7 @@ from pydantic import (
 from proctor.contract import Status, Verdict
 from proctor.registry import BaseOptions, Example, VerifierSpec, register_verifier
 from proctor.sandboxes import warm_server
+from proctor.sandboxes.backends.runner import take_cpu_wait_s
 from proctor.sandboxes.job import CommandResult, Limits
 from proctor.sandboxes.job import Verdict as RunVerdict
 from proctor.sandboxes.languages import NotCompiled, Submission, get_language, resolve_backend
@@ -91,6 +97,10 @@ CHECKER_LIMITS = Limits(cpu_s=10.0, memory_mb=1024)
 SCRIPT_LIMITS = Limits(cpu_s=10.0, memory_mb=1024)
 CALIBRATION_CACHE = 256
 FAILED_VERDICTS = ("runtime_error", "time_limit", "memory_limit", "output_limit")
+DEADLINE_S = 60.0  # the verifier pool's default deadline for one item (options.deadline_s overrides it)
+BUDGET_SHARE = 0.8  # the judge's own wall budget per submission: this share of the item's deadline
+MIN_WALL_S = 0.05  # the smallest wall backstop a test gets when the budget is nearly spent
+CORES = max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
 
 Identifier = Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$", max_length=200)]
 
@@ -485,6 +495,7 @@ class TestResult:
     wall_s: float = 0.0
     diff: str = ""
     cpu_limit_s: float | None = None
+    slow: bool = False  # idle (sleeping, blocked) longer than its CPU limit, machine load discounted
 
     @property
     def passed(self) -> bool:
@@ -511,6 +522,63 @@ class Outcome:
     total: int = 0
     load_failure: str | None = None  # compile_error or a failure while loading (every test fails with it)
     message: str = ""
+    budget_spent: bool = False  # the judge's wall budget ran out: the tests not run count as time_limit
+
+
+class Budget:
+    """The judge's own wall-clock budget for one submission, well inside the item's deadline, so that a
+    program's own waiting (sleeping, blocking on input, a pipe, a futex) can never push the item past the pool's
+    deadline into a masked `timeout`: once the budget is spent, the tests not run count as time_limit.
+
+    It counts the candidate's wall time from the start of scoring (compile, load, tests, checker calls) less the
+    time its processes waited for a CPU (/proc schedstat, taken from the sandboxes through
+    `take_cpu_wait_s`): a loaded machine stretches the budget instead of spending it, so overload never turns
+    into a 0 for a correct program (a real machinery stall may still reach the deadline, a masked timeout). A
+    run's discount is at most its wall time less its CPU time spread over every core, since a program that keeps
+    its own threads waiting for a CPU burns its CPU time to do it. `seconds=None`: no budget.
+    """
+
+    def __init__(self, seconds: float | None):
+        self.seconds = seconds
+        self.started = time.monotonic()
+        self.discount = 0.0
+        take_cpu_wait_s()  # forget waits this thread measured before
+
+    def used_s(self) -> float:
+        """Wall seconds since scoring started, less what was waiting for a CPU."""
+        return time.monotonic() - self.started - self.discount
+
+    def left_s(self) -> float:
+        """Seconds left (infinite without a budget)."""
+        return math.inf if self.seconds is None else self.seconds - self.used_s()
+
+    def spent(self) -> bool:
+        """Whether no test may start any more."""
+        return self.left_s() <= MIN_WALL_S
+
+    def begin(self) -> float:
+        """A run starts: waits measured before it (compiling, loading) are discounted in full."""
+        self.discount += take_cpu_wait_s()
+        return time.monotonic()
+
+    def charge(self, began: float, cpu_s: float) -> float:
+        """A run that began at `began` and used `cpu_s` of CPU ended: discount its wait for a CPU (at most its
+        wall time less its CPU time over every core); its own wall time."""
+        wall = time.monotonic() - began
+        wait = min(take_cpu_wait_s(), max(0.0, wall - cpu_s / CORES))
+        self.discount += wait
+        return wall - wait
+
+    def limits(self, limits: Limits) -> Limits:
+        """`limits` with the wall backstop cut to what is left, so one test cannot overrun the budget."""
+        left = self.left_s()
+        if left >= limits.wall_backstop_s:
+            return limits
+        return limits.model_copy(update={"wall_s": round(max(MIN_WALL_S, left), 3)})
+
+    def public(self) -> dict[str, Any]:
+        """The budget as reported in details."""
+        return {"wall_budget_s": self.seconds, "used_s": round(self.used_s(), 3)}
 
 
 # nsjail's own log lines ("[I][2026-01-01T00:00:00+0000] Mount: ..."); the first line of a clipped log may
@@ -573,6 +641,7 @@ class Judge:
         limits: Limits,
         stop: bool,
         cpu_s: list[float] | None = None,
+        budget: Budget | None = None,
     ):
         self.reference = reference
         self.options = options
@@ -581,6 +650,7 @@ class Judge:
         self.stop = stop
         self.fraction = options.reward == "fraction"
         self.backend = resolve_backend(None)
+        self.budget = budget or Budget(None)
 
     def limits_for(self, index: int) -> Limits:
         """The limits of test `index`."""
@@ -588,8 +658,11 @@ class Judge:
             return self.limits
         return self.limits.model_copy(update={"cpu_s": self.cpu_s[index]})
 
-    def _judged(self, index: int, result: TestResult) -> TestResult:
+    def _judged(self, index: int, result: TestResult, own_s: float | None = None) -> TestResult:
+        """`result` with its CPU limit; `own_s`: the test's own wall time (budget.charge), when it ran alone."""
         result.cpu_limit_s = self.limits_for(index).cpu_s
+        if own_s is not None:
+            result.slow = own_s - result.cpu_s > result.cpu_limit_s
         return result
 
     def _stop_after(self, results: list[TestResult]) -> bool:
@@ -597,7 +670,15 @@ class Judge:
             return False
         if self.stop:
             return True
-        return sum(r.verdict == "time_limit" for r in results) >= MAX_TIME_LIMITS
+        # A failed test that sat idle longer than its CPU limit counts like a time limit: a program that
+        # sleeps (or blocks) under the wall backstop on every test stops after MAX_TIME_LIMITS of them.
+        return sum(r.verdict == "time_limit" or r.slow for r in results) >= MAX_TIME_LIMITS
+
+    def _out_of_time(self, run: Outcome) -> bool:
+        """Whether the budget is spent (then the tests not run count as time_limit)."""
+        if self.budget.spent():
+            run.budget_spent = True
+        return run.budget_spent
 
     def run(self, code: str) -> Outcome:
         """Compile or load the program once and run every test."""
@@ -612,7 +693,7 @@ class Judge:
 
     def _stdio(self, code: str, tests: StdioTests) -> Outcome:
         run = Outcome(compiled=False, total=len(tests.cases))
-        checker = Checker(tests.checker, self.backend) if tests.checker else None
+        checker = Checker(tests.checker, self.backend, self.budget) if tests.checker else None
         try:
             with Submission(
                 self.reference.language, code, limits=self.limits, backend=self.backend
@@ -629,16 +710,24 @@ class Judge:
                     return run
                 # Cold languages batch tests into one job, which stops at a failing test; the next batch
                 # starts after it (under fraction) so a run of failures never costs a whole batch at once.
-                batch = 1 if program.warm else 25
                 index = 0
                 while index < len(tests.cases):
+                    if self._out_of_time(run):
+                        return run
+                    batch = 1 if program.warm else self._batch_size(index)
                     cases = tests.cases[index : index + batch]
+                    began = self.budget.begin()
                     outputs = self._run_batch(program, index, [c.stdin for c in cases])
                     if not outputs:
                         raise SandboxFailure("the sandbox ran no test")
-                    for offset, (case, result) in enumerate(zip(cases, outputs, strict=False)):
-                        judged = self._judge_stdio(case, result, tests, checker)
-                        run.results.append(self._judged(index + offset, judged))
+                    judged_batch = [
+                        self._judge_stdio(case, result, tests, checker)
+                        for case, result in zip(cases, outputs, strict=False)
+                    ]
+                    own = self.budget.charge(began, sum(r.cpu_s for r in outputs))
+                    for offset, judged in enumerate(judged_batch):
+                        alone = own if len(outputs) == 1 else None
+                        run.results.append(self._judged(index + offset, judged, alone))
                         if self._stop_after(run.results):
                             return run
                     index += len(outputs)
@@ -649,17 +738,25 @@ class Judge:
                 checker.close()
         return run
 
+    def _batch_size(self, first: int) -> int:
+        """Cold tests go 25 to a job while the budget covers all their wall backstops, else one at a time."""
+        count = min(25, len(self.reference.tests.cases) - first)
+        backstops = sum(self.limits_for(first + i).wall_backstop_s for i in range(count))
+        return count if backstops <= self.budget.left_s() else 1
+
     def _run_batch(self, program: Submission, first: int, stdins: list[str]) -> list[CommandResult]:
         """Run tests first, first+1, ... each under its own limits; stops after the first that does not end ok."""
         if program.warm:
             results: list[CommandResult] = []
             for offset, stdin in enumerate(stdins):
-                results.append(program.run(stdin, self.limits_for(first + offset)))
+                results.append(program.run(stdin, self.budget.limits(self.limits_for(first + offset))))
                 if results[-1].verdict is not RunVerdict.ok:
                     break
             return results
         commands = [
-            program.command(stdin, self.limits_for(first + offset), name=f"test{first + offset}")
+            program.command(
+                stdin, self.budget.limits(self.limits_for(first + offset)), name=f"test{first + offset}"
+            )
             for offset, stdin in enumerate(stdins)
         ]
         outcome = program.backend.run(program.job(commands, keep_going=False))
@@ -733,11 +830,15 @@ class Judge:
                         run.message = f"cannot call the entry point with test {index}'s arguments: {problem}"
                         return run
             for index, case in enumerate(tests.cases):
-                limits = self.limits_for(index)
+                if self._out_of_time(run):
+                    break
+                limits = self.budget.limits(self.limits_for(index))
+                began = self.budget.begin()
                 called = program.call(
                     tests.entry_point, case.args, case.kwargs, method_of=tests.method_of, limits=limits
                 )
-                run.results.append(self._judged(index, self._judge_call(called, case.expected)))
+                own = self.budget.charge(began, called.result.cpu_s)
+                run.results.append(self._judged(index, self._judge_call(called, case.expected), own))
                 if self._stop_after(run.results):
                     break
         return run
@@ -776,7 +877,13 @@ class Judge:
         limits = self.limits_for(0)  # the script is one test; each call into the candidate gets its limit
 
         def on_call(name: str, args: list[Any], kwargs: dict[str, Any]) -> CallResult:
-            called = program.call(name, args, kwargs, limits=limits)
+            if self.budget.spent():
+                # Every call waits for the candidate, and the script's own clock stops meanwhile: the budget
+                # is what ends a script whose candidate sleeps in every call.
+                return CallResult(result=budget_spent_result(name))
+            began = self.budget.begin()
+            called = program.call(name, args, kwargs, limits=self.budget.limits(limits))
+            self.budget.charge(began, called.result.cpu_s)
             cpu[0] += called.result.cpu_s
             return called
 
@@ -812,6 +919,15 @@ class Judge:
 
 
 _MISSING_LINE = re.compile(r"^proctor: the test script's name '([A-Za-z_][A-Za-z0-9_]*)' is not defined$")
+
+
+def budget_spent_result(name: str) -> CommandResult:
+    """A call not made because the judge's wall budget for the submission is spent."""
+    return CommandResult(
+        name=name,
+        verdict=RunVerdict.time_limit,
+        detail="not run: the program's own wall time used up the judge's budget for the submission",
+    )
 
 
 def missing_name(result: CommandResult) -> str | None:
@@ -852,9 +968,10 @@ def _is_bool(called: CallResult) -> bool:
 class Checker:
     """A special judge loaded once in its own sandbox; check() returns (accepted, why not)."""
 
-    def __init__(self, source: str, backend: Any):
+    def __init__(self, source: str, backend: Any, budget: Budget | None = None):
         self.program = WarmPython(source, mode="call", limits=CHECKER_LIMITS, backend=backend)
         self.loaded = False
+        self.budget = budget or Budget(None)
 
     def check(self, stdin: str, output: str, expected: str) -> tuple[str, str]:
         """Ask the checker: (passed, wrong_answer or time_limit; why not). Its own failure raises
@@ -871,6 +988,9 @@ class Checker:
         if _is_bool(called):
             return ("passed", "") if called.value else ("wrong_answer", "rejected by the checker")
         why = called.not_plain or called.result.detail or repr(called.value)[:100]
+        if called.result.verdict is RunVerdict.time_limit and self.budget.spent():
+            # Cut short by the submission's budget, spent by the candidate's own time (this output included).
+            return "time_limit", f"the checker ran out of the submission's time on this output ({why})"[:300]
         # The output is the candidate's: a checker that fails on it (float("abc"), a slow parse of a flood)
         # but accepts the expected output as an answer failed because of the output, a wrong answer as in
         # testlib. Otherwise the checker is at fault: a verifier_error, never a reward of 0. Were every
@@ -888,7 +1008,8 @@ class Checker:
         )
 
     def _ask(self, stdin: str, output: str, expected: str) -> CallResult:
-        called = self.program.call("check", [stdin, output, expected], limits=CHECKER_LIMITS)
+        limits = self.budget.limits(CHECKER_LIMITS)
+        called = self.program.call("check", [stdin, output, expected], limits=limits)
         if called.result.verdict is RunVerdict.sandbox_error:
             raise SandboxFailure(called.result.detail)
         return called
@@ -1008,14 +1129,16 @@ def score_code(response: str, reference: CodeReference, options: CodeOptions) ->
     stop = options.stop_on_first_failure
     if stop is None:
         stop = options.reward == "all_pass"
+    budget = Budget(BUDGET_SHARE * (options.deadline_s or DEADLINE_S))
     try:
         limits, per_test, details["limits"] = test_limits(reference, options)
-        run = Judge(reference, options, limits, stop, per_test).run(extracted.code)
+        run = Judge(reference, options, limits, stop, per_test, budget).run(extracted.code)
     except SandboxFailure as exc:
         return Verdict.failure(Status.sandbox_error, "sandbox_error", error=str(exc)[:2000], **details)
     except CheckerFailure as exc:
         return Verdict.failure(Status.verifier_error, "bad_reference", error=str(exc)[:2000], **details)
     details["elapsed_s"] = round(time.monotonic() - started, 3)
+    details["budget"] = {**budget.public(), "spent": run.budget_spent or budget.spent()}
     return _verdict(run, options, details)
 
 
@@ -1029,7 +1152,7 @@ def _verdict(run: Outcome, options: CodeOptions, details: dict[str, Any]) -> Ver
     elif first is not None:
         reason = first.verdict
     elif len(run.results) < run.total:
-        reason = "time_limit"  # the rest were skipped after MAX_TIME_LIMITS time limits
+        reason = "time_limit"  # the rest were skipped: MAX_TIME_LIMITS time limits, or the budget ran out
     else:
         reason = None
     details["tests_run"] = len(run.results)
@@ -1200,6 +1323,6 @@ SPEC = register_verifier(
         "reward all_pass or the fraction of tests passed.",
         examples=_EXAMPLES,
         execution="pool",
-        deadline_s=60.0,
+        deadline_s=DEADLINE_S,
     )
 )
