@@ -283,3 +283,87 @@ def test_a_candidate_cannot_draw_from_the_testbenchs_random_stream(call: str):
     verdict = score(top(STUCK + f"  integer r;\n  always @(posedge clk) r = {call};\n"))
     assert (verdict.status, verdict.reason) == (Status.ok, "forbidden_construct")
     assert call.split("(")[0] in verdict.details["message"]
+
+
+# -- formal that cannot decide is not a pass (red team: one construct yosys cannot read switched it off) ----
+
+DFF = ROWS["dff8_en_sync_reset"]
+DFF_HEADER = "module TopModule(input clk, input reset, input en, input [7:0] d, output reg [7:0] q);\n"
+DFF_TRAP = "(d == 8'hA5 && q == 8'h5A)"  # one input/state pair no stimulus is likely to hit
+UNREADABLE = {
+    "event": "event e; always @(posedge clk) begin ->e; if (reset) q <= 0; "
+    f"else if (en) q <= {DFF_TRAP} ? 8'h00 : d; end\n",
+    "real": "real r; always @(posedge clk) begin r = d; if (reset) q <= 0; "
+    f"else if (en) q <= ({DFF_TRAP} && r > 1.0) ? 8'h00 : d; end\n",
+    "while": "integer k; reg [7:0] t; always @(posedge clk) begin t = d; k = 0; while (k < 1) k = k + 1; "
+    f"if (reset) q <= 0; else if (en) q <= {DFF_TRAP} ? 8'h00 : t; end\n",
+}
+
+
+@pytest.mark.parametrize("name", sorted(UNREADABLE))
+def test_a_trap_yosys_cannot_read_fails_formal(name: str):
+    verdict = score(DFF_HEADER + UNREADABLE[name] + "endmodule\n", {"checks": ["formal"]}, DFF["reference"])
+    assert (verdict.status, verdict.reward, verdict.reason) == (Status.ok, 0.0, "formal_unreadable")
+    assert verdict.components == {"compiles": 1.0, "formal": 0.0}
+    found = verdict.details["formal"]
+    assert (found["result"], found["cause"], found["inconclusive"]) == ("inconclusive", "unreadable", "fail")
+    assert "yosys could not read the candidate" in found["note"] and "fallback" not in found
+
+
+def test_the_datasets_trap_with_an_unreadable_line_still_fails_testbench_and_formal():
+    both = {"checks": ["testbench", "formal"]}
+    assert score(COUNTER["trap"], both).reason == "not_equivalent"
+    hidden = COUNTER["trap"].replace(
+        "endmodule", "  event proctor_e; always @(posedge clk) ->proctor_e;\nendmodule", 1
+    )
+    verdict = score(hidden, both)
+    assert (verdict.status, verdict.reward, verdict.reason) == (Status.ok, 0.0, "formal_unreadable")
+    assert verdict.components == {"compiles": 1.0, "testbench": 1.0, "mismatch_fraction": 0.0, "formal": 0.0}
+    # the documented opt-out: an inconclusive proof passes, at 0.5, and a trap the testbench misses goes through
+    lenient = score(hidden, {**both, "formal_inconclusive": "pass"})
+    assert (lenient.reward, lenient.components["formal"]) == (1.0, 0.5)
+
+
+def test_a_proof_the_candidate_makes_too_expensive_is_a_formal_time_limit():
+    product = "{56'b0,d}*{56'b0,q}*{56'b0,d}*{56'b0,q}*64'd1234567891011"
+    heavy = (
+        f"{DFF_HEADER}wire [63:0] m = {product};\n"
+        "always @(posedge clk) if (reset) q <= 0; else if (en) q <= (m[63:40] == 24'h3A5F1C) ? 8'h00 : d;\n"
+        "endmodule\n"
+    )
+    verdict = score(heavy, {"checks": ["formal"], "formal_cpu_s": 2}, DFF["reference"])
+    assert (verdict.status, verdict.reward, verdict.reason) == (Status.ok, 0.0, "formal_time_limit")
+    assert verdict.details["formal"]["cause"] == "time_limit" and verdict.components["formal"] == 0.0
+
+
+def test_a_delay_yosys_ignores_cannot_hide_a_trap_from_formal():
+    # yosys keeps the textually last initial value (0) and drops the delay; the simulation arms the trap
+    armed = (
+        f"{DFF_HEADER}reg armed; initial #100 armed = 1; initial armed = 0;\n"
+        "always @(posedge clk) if (reset) q <= 0; else if (en) q <= (armed && d == 8'hA5) ? 8'h00 : d;\n"
+        "endmodule\n"
+    )
+    verdict = score(armed, {"checks": ["formal"]}, DFF["reference"])
+    assert (verdict.status, verdict.reward, verdict.reason) == (Status.ok, 0.0, "formal_unsupported")
+    assert "timing controls" in verdict.details["formal"]["note"]
+
+
+def test_formal_still_proves_a_correct_design_and_the_reference_itself():
+    for source in (DFF["correct"], DFF["reference"]["reference_module"].replace("RefModule", "TopModule")):
+        verdict = score(source, {"checks": ["formal"]}, DFF["reference"])
+        assert (verdict.status, verdict.reward) == (Status.ok, 1.0), verdict.details
+        assert verdict.components == {"compiles": 1.0, "formal": 1.0}
+    right = score(COUNTER["correct"], {"checks": ["testbench", "formal"]})
+    assert (right.reward, right.details["formal"]["result"]) == (1.0, "equivalent")
+
+
+def test_formal_tools_that_fail_on_the_reference_too_are_a_verifier_error(monkeypatch: pytest.MonkeyPatch):
+    reference = {**REFERENCE, "reference_module": REFERENCE["reference_module"] + "\n// broken abc\n"}
+    monkeypatch.setattr(V, "YOSYS_ABC", "/usr/bin/false")
+    verdict = score(COUNTER["correct"], {"checks": ["formal"]}, reference)
+    assert (verdict.status, verdict.reason, verdict.correct) == (
+        Status.verifier_error,
+        "formal_tool_error",
+        None,
+    )
+    assert "reference equivalent to itself" in verdict.details["error"]

@@ -14,7 +14,13 @@ import pytest
 from proctor.contract import RequestError, Status, Verdict
 from proctor.verifiers.verilog import formal
 from proctor.verifiers.verilog.harness import Port, find_clock, find_resets, plan_random, read_output
-from proctor.verifiers.verilog.source import extract_verilog, rename, synthesis_view, violations
+from proctor.verifiers.verilog.source import (
+    extract_verilog,
+    rename,
+    synthesis_view,
+    timing_controls,
+    violations,
+)
 from proctor.verifiers.verilog.verifier import SPEC, port_differences, ports_from_vvp, seed_for
 
 DATASET = Path(__file__).resolve().parents[1] / "datasets" / "verilog" / "problems.jsonl"
@@ -322,12 +328,20 @@ def test_formal_proves_a_sequential_design_and_finds_a_deep_trap():
         COUNTER["trap"], COUNTER["reference"], {"checks": ["formal"], "formal_depth": 4, "formal_cpu_s": 2}
     )
     assert shallow.details["formal"]["result"] in ("inconclusive", "not_equivalent")
+    assert (shallow.reward, shallow.status) == (0.0, Status.ok)
+    if shallow.details["formal"]["result"] == "inconclusive":  # never a pass: the depth or the time ran out
+        assert shallow.reason in ("formal_undecided", "formal_time_limit")
 
 
-def test_inconclusive_formal_falls_back_to_simulation_and_says_so():
+def test_inconclusive_formal_fails_unless_asked_to_pass_and_then_falls_back_to_simulation():
     # yosys cannot read `q <= areset ? 0 : d` under an asynchronous sensitivity list; iverilog can.
     lfsr = ROWS["lfsr8_async"]
-    verdict = score(lfsr["correct"], lfsr["reference"], {"checks": ["formal"]})
+    strict = score(lfsr["correct"], lfsr["reference"], {"checks": ["formal"]})
+    assert (strict.status, strict.reward, strict.reason) == (Status.ok, 0.0, "formal_unreadable")
+    assert strict.components == {"compiles": 1.0, "formal": 0.0}
+    assert strict.details["formal"]["cause"] == "unreadable" and "fallback" not in strict.details["formal"]
+    lenient = {"checks": ["formal"], "formal_inconclusive": "pass"}
+    verdict = score(lfsr["correct"], lfsr["reference"], lenient)
     assert (verdict.status, verdict.reward) == (Status.ok, 1.0)
     assert verdict.components == {"compiles": 1.0, "formal": 0.5, "random": 1.0, "mismatch_fraction": 0.0}
     assert (
@@ -337,9 +351,19 @@ def test_inconclusive_formal_falls_back_to_simulation_and_says_so():
     wrong = score(
         lfsr["wrong"].replace("if (areset) q <= 8'h01; else q <=", "q <= areset ? 8'h01 :"),
         lfsr["reference"],
-        {"checks": ["formal"]},
+        lenient,
     )
     assert (wrong.reward, wrong.reason, wrong.components["formal"]) == (0.0, "mismatch", 0.5)
+
+
+def test_timing_controls_yosys_ignores_are_found_and_parameters_are_not():
+    assert timing_controls("module m #(parameter W = 8)(input a); sub #(.W(8)) u(.a(a)); endmodule") == []
+    assert timing_controls("always @(posedge clk) q <= d; initial q = 0;") == []
+    assert timing_controls("always @(posedge clk) q <= #1 d;") == ["a delay (#)"]
+    assert timing_controls("initial begin @(posedge clk); armed = 1; end") == [
+        "an event control (@) in an initial block"
+    ]
+    assert timing_controls("always @(posedge clk) wait (go) q <= d;") == ["'wait'"]
 
 
 def test_formal_parsers():

@@ -14,7 +14,8 @@ steps (`async2sync` would sample an asynchronous reset at the clock edge and hid
 synchronous-for-asynchronous bug). Registers start at 0 (AIGER has no x). ABC's `pdr` then proves that the
 miter never triggers or finds a counterexample; when it runs out of time, `bmc3` searches for a
 counterexample up to the depth budget (two frames per clock cycle). The outcome is `equivalent` (proved),
-`not_equivalent` (a counterexample) or `inconclusive` (neither within the budget).
+`not_equivalent` (a counterexample) or `inconclusive` (neither within the budget), which the verifier
+counts as a failure unless asked otherwise (`formal_inconclusive`).
 """
 
 from __future__ import annotations
@@ -32,6 +33,9 @@ AIGER = "miter.aig"
 SAT_FAIL = re.compile(r"(?:SAT proof finished - model found: FAIL!|model found for base case: FAIL!)")
 SAT_PROVED = re.compile(r"(?:SAT proof finished - no model found: SUCCESS!|Induction step proven: SUCCESS!)")
 SAT_TIMEOUT = re.compile(r"(?:Interrupted SAT solver: TIMEOUT|Reached maximum number of time steps)")
+SAT_INTERRUPTED = re.compile(r"Interrupted SAT solver: TIMEOUT")
+# pdr and bmc3 stopping at their -T time budget ("Reached timeout (N seconds)"), not at bmc3's depth
+ABC_TIMEOUT = re.compile(r"timeout", re.IGNORECASE)
 ABC_EQUIVALENT = re.compile(r"Networks are equivalent", re.IGNORECASE)
 ABC_DIFFERENT = re.compile(r"Networks are NOT EQUIVALENT", re.IGNORECASE)
 # One row of yosys' model table: "  <step> \<signal> <dec> <hex> <bin>".
@@ -283,6 +287,7 @@ class FormalOutcome:
     counterexample: list[dict[str, Any]] = field(default_factory=list)
     note: str = ""
     frame: int | None = None
+    cause: str = ""  # when inconclusive: unreadable, time_limit, memory_limit, unsupported or undecided
 
 
 def sat_result(log: str) -> str:

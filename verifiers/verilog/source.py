@@ -349,3 +349,57 @@ def display_strings(source: str, tag: str) -> tuple[str, int]:
                 replace[code_index[n + 2]] = f'"%0s|{literal.text[1:-1]}", {tag}'
     text = "".join(replace.get(i, t.text) for i, t in enumerate(tokens))
     return text, len(replace)
+
+
+# Keywords after which `#(` is a delay, not a parameter list (`module m #(`, `sub #(.W(8)) u` follow a name).
+DELAY_AFTER = frozenset(
+    {
+        "initial", "always", "begin", "else", "fork", "forever", "assign", "final", "do", "wire", "tri",
+        "and", "or", "not", "nand", "nor", "xor", "xnor", "buf", "bufif0", "bufif1", "notif0", "notif1",
+    }
+)  # fmt: skip
+OPENS = frozenset({"begin", "fork"})
+CLOSES = frozenset({"end", "join", "join_any", "join_none"})
+
+
+def timing_controls(source: str) -> list[str]:
+    """Timing controls yosys ignores where the simulation obeys them: delays (`#5`, `<= #1`), `wait`, and an
+    event control (`@`) inside an `initial` block. yosys reads `initial #100 armed = 1;` as a plain initial
+    value, so a formal proof would be about another design than the one simulated."""
+    code = code_tokens(tokenize(source))
+    found: list[str] = []
+    for i, token in enumerate(code):
+        if token.text == "#":
+            before = code[i - 1] if i else None
+            after = code[i + 1] if i + 1 < len(code) else None
+            parameters = (
+                before is not None
+                and before.kind in ("ident", "escaped")
+                and before.text not in DELAY_AFTER
+                and after is not None
+                and after.text == "("
+            )
+            if not parameters:
+                found.append("a delay (#)")
+        elif token.kind == "ident" and token.text == "wait":
+            found.append("'wait'")
+        elif (
+            token.kind == "ident"
+            and token.text == "initial"
+            and any(t.text == "@" for t in code[i + 1 : _block_end(code, i + 1) + 1])
+        ):
+            found.append("an event control (@) in an initial block")
+    return list(dict.fromkeys(found))
+
+
+def _block_end(code: list[Token], start: int) -> int:
+    """The index of the last token of the statement at `start` (a begin/fork block, or up to its `;`)."""
+    if start < len(code) and code[start].text in OPENS:
+        depth = 0
+        for j in range(start, len(code)):
+            depth += code[j].text in OPENS
+            depth -= code[j].text in CLOSES
+            if depth == 0:
+                return j
+        return len(code)
+    return _statement_end(code, start)

@@ -20,10 +20,14 @@ Pipeline, every tool run in the sandbox (no network, CPU and memory limits, a fr
      options unless `seed` is given, its sample count known in advance;
    - formal (formal.py): ABC `&cec` (confirmed by x-aware yosys `sat`) for combinational designs; for
      sequential ones a harness-written miter through `clk2fflogic`, then ABC `pdr` (proof or counterexample)
-     and `bmc3`; `inconclusive` falls back to the random simulation when no simulation check is on.
+     and `bmc3`; `inconclusive` (yosys cannot read the candidate, the proof passes its budget, timing
+     controls yosys ignores, no proof within the depth) fails the check with the cause as the reason
+     (formal_unreadable, formal_time_limit, ...) unless formal_inconclusive="pass", where it passes at 0.5
+     and falls back to the random simulation when no simulation check is on.
 
 Reasons: compile_error, interface_mismatch, forbidden_construct, mismatch, not_equivalent, time_limit (and
-memory_limit/output_limit when the simulation ran out of memory or printed past the cap). A sandbox failure
+memory_limit/output_limit when the simulation ran out of memory or printed past the cap), formal_* (formal
+could not decide; yosys/ABC failing on the reference against itself too is verifier_error, formal_tool_error). A sandbox failure
 is status sandbox_error; a reference that does not build or does not pass its own testbench is
 verifier_error (bad_reference), and one whose own testbench run passes its CPU budget (REFERENCE_SIM_CPU_S)
 is status timeout (reference_time_limit): never a reward of 0. Only the checks asked for touch the
@@ -73,6 +77,7 @@ from proctor.verifiers.verilog.source import (
     raw_violations,
     rename,
     synthesis_view,
+    timing_controls,
     tokenize,
     violations,
 )
@@ -92,6 +97,15 @@ TOOL_LIMITS = Limits(cpu_s=20.0, memory_mb=1024, processes=16, output_bytes=4 * 
 CACHE_SIZE = 128
 VVP_PORT = re.compile(r'^\s*\.port_info \d+ /(INPUT|OUTPUT|INOUT) (\d+) "([^"]+)";')
 FORMAL_COMPONENT = {"equivalent": 1.0, "not_equivalent": 0.0, "inconclusive": 0.5}
+# Why formal could not decide, as the reason of a failed check (formal_inconclusive="fail", the default): a
+# design the checker cannot prove is not proven equivalent, whatever the candidate did to get there.
+FORMAL_CAUSES = {
+    "unreadable": "formal_unreadable",  # yosys does not read the candidate (it read the reference)
+    "time_limit": "formal_time_limit",  # the proof ran past the formal CPU budget
+    "memory_limit": "formal_memory_limit",  # ... or past the memory limit
+    "unsupported": "formal_unsupported",  # yosys/ABC failed on the miter (they do not on the reference's own)
+    "undecided": "formal_undecided",  # no proof within the depth, or proved only with the candidate's x set
+}
 DEADLINE_S = 90.0
 # The tools' CPU seconds of one request may use this share of its deadline (less a fixed part for the
 # worker, the sandbox's setup and parsing): a candidate slow at every stage then gets a time_limit verdict
@@ -188,6 +202,12 @@ class VerilogOptions(BaseOptions):
         le=300,
         description="CPU seconds for the formal check; at most the operator's PROCTOR_SANDBOX_MAX_CPU_S.",
     )
+    formal_inconclusive: Literal["fail", "pass"] = Field(
+        "fail",
+        description="What an inconclusive formal check counts as: fail (default: reward 0, reason "
+        "formal_unreadable/formal_time_limit/...) or pass (component 0.5; the random simulation runs when no "
+        "simulation check was asked for), for problems whose correct answers yosys often cannot prove.",
+    )
     memory_mb: int = Field(
         1024,
         ge=64,
@@ -222,6 +242,10 @@ class ReferenceFailure(Exception):
 
 class ReferenceTimeout(Exception):
     """The reference's own testbench run passed its CPU budget: the score is a timeout, never a reward."""
+
+
+class FormalMachineryFailure(Exception):
+    """yosys/ABC fail on the reference against itself too: the formal tools are broken, not the candidate."""
 
 
 class OutOfTime(Exception):
@@ -382,6 +406,7 @@ class ReferenceInfo:
     testbench_timeout: bool = False
     testbench_cpu_s: float = 0.0
     overrun: str | None = None  # the reference's own run passed its CPU budget (a timeout, cached)
+    formal_self: str | None = None  # the formal flow on the reference against itself: "equivalent" or why not
 
 
 _references: LRUCache[ReferenceInfo] = LRUCache(CACHE_SIZE)
@@ -506,8 +531,12 @@ class Gated:
     top: str
     sequential: bool
     yosys_error: str | None = None
+    yosys_verdict: str = (
+        "ok"  # how yosys' read of the candidate ended (time_limit: its budget, not its style)
+    )
     undefined: list[str] = field(default_factory=list)  # where it can make x/z (formal.undefined_sources)
     unmodelled: list[str] = field(default_factory=list)  # those the sequential check's setundef leaves
+    timing: list[str] = field(default_factory=list)  # delays/waits yosys ignores (source.timing_controls)
 
 
 @dataclass
@@ -580,6 +609,7 @@ def gate(
     top = CAND_PREFIX + reference.top
     if not with_yosys:  # only formal needs yosys' view of the candidate (whether it holds state)
         return Gated(renamed, syn, top, bool(info.sequential))
+    timing = timing_controls(text)
     read = run_job(
         {"cand_syn.v": syn},
         [("yosys", yosys_json_argv("cand_syn.v", top, "cand.json"), tool_limits(20.0, options))],
@@ -589,8 +619,10 @@ def gate(
     # candidate is still simulated, and the formal check says inconclusive with yosys' message.
     design = fetched(read, "cand.json")
     if design is None:
-        why = tool_message(command(read, "yosys")).replace(CAND_PREFIX, "")
-        return Gated(renamed, syn, top, bool(info.sequential), yosys_error=why[-500:])
+        ran = command(read, "yosys")
+        why = tool_message(ran).replace(CAND_PREFIX, "")
+        verdict = ran.verdict.value if ran is not None else "runtime_error"
+        return Gated(renamed, syn, top, bool(info.sequential), why[-500:], verdict, timing=timing)
     parsed = json.loads(design)
     return Gated(
         renamed,
@@ -599,6 +631,7 @@ def gate(
         is_sequential(parsed),
         undefined=formal.undefined_sources(parsed, top),
         unmodelled=formal.undefined_sources(parsed, top, constants=False),
+        timing=timing,
     )
 
 
@@ -739,20 +772,70 @@ def simulate(
     return out
 
 
-def prove(info: ReferenceInfo, gated: Gated, options: VerilogOptions) -> CheckResult:
-    """Formal equivalence of the candidate with the reference (formal.py)."""
+def prove(
+    info: ReferenceInfo, gated: Gated, options: VerilogOptions, reference: VerilogReference | None = None
+) -> CheckResult:
+    """Formal equivalence of the candidate with the reference (formal.py). Without a proof or a
+    counterexample (`inconclusive`) the check fails with the cause as its reason (formal_unreadable,
+    formal_time_limit, ...) unless `formal_inconclusive` is "pass": a design the checker cannot prove is not
+    proven equivalent. Where yosys/ABC fail on the candidate, they are first run on the reference against
+    itself (once per problem): when that fails too the tools are broken (FormalMachineryFailure)."""
+    outcome, sequential = _prove(info, gated, options)
+    tools_failed = outcome.cause in ("unreadable", "unsupported") and not gated.timing
+    if outcome.result == "inconclusive" and tools_failed and reference is not None:
+        _formal_machinery_check(reference, info)
+    details: dict[str, Any] = {"result": outcome.result, "method": outcome.method, "sequential": sequential}
+    if sequential:
+        details["depth"] = options.formal_depth
+    if outcome.counterexample:
+        details["counterexample"] = outcome.counterexample
+    if outcome.note:
+        details["note"] = outcome.note
+    reason = None
+    if outcome.result == "not_equivalent":
+        reason = "not_equivalent"
+        details["message"] = "formal equivalence found a counterexample" + (
+            f" ({outcome.note})" if outcome.note else ""
+        )
+    elif outcome.result == "inconclusive":
+        details["cause"] = outcome.cause or "undecided"
+        details["inconclusive"] = options.formal_inconclusive
+        if options.formal_inconclusive == "fail":
+            reason = FORMAL_CAUSES[details["cause"]]
+            details["message"] = (
+                "formal equivalence could not decide, which is not a proof (formal_inconclusive=fail): "
+                + (outcome.note or details["cause"])
+            )[:2000]
+    return CheckResult("formal", reason is None, reason, details=details, formal=outcome.result)
+
+
+def _inconclusive(method: str, cause: str, note: str) -> formal.FormalOutcome:
+    return formal.FormalOutcome("inconclusive", method, note=note, cause=cause)
+
+
+def _cause_of(ran: CommandResult | None) -> str:
+    """Why a formal tool run gave no answer: its budget (time or memory), else the tool failed on the miter."""
+    if ran is not None and ran.verdict in (RunVerdict.time_limit, RunVerdict.memory_limit):
+        return ran.verdict.value
+    return "unsupported"
+
+
+def _prove(info: ReferenceInfo, gated: Gated, options: VerilogOptions) -> tuple[formal.FormalOutcome, bool]:
     gold_top, timeout = GOLD_PREFIX + REF_TOP, max(1, int(options.formal_cpu_s) - 1)
+    sequential = bool(info.sequential or gated.sequential)
+    if gated.timing:
+        note = (
+            "the candidate uses timing controls yosys ignores (" + ", ".join(gated.timing[:3]) + "): a proof "
+            "would be about another design than the one simulated"
+        )
+        return _inconclusive("none", "unsupported", note), sequential
     if gated.yosys_error is not None:
-        details = {
-            "result": "inconclusive",
-            "method": "none",
-            "note": "yosys could not read the candidate: " + gated.yosys_error,
-        }
-        return CheckResult("formal", True, details=details, formal="inconclusive")
+        cause = gated.yosys_verdict if gated.yosys_verdict in ("time_limit", "memory_limit") else "unreadable"
+        note = "yosys could not read the candidate: " + gated.yosys_error
+        return _inconclusive("none", cause, note), sequential
     assert info.gold is not None, "reference_info reads the reference with yosys when formal is asked"
     files = {"gold.v": info.gold, "gate.v": gated.syn}
     limits = tool_limits(options.formal_cpu_s, options, 8)
-    sequential = info.sequential or gated.sequential
     if sequential:
         clock = find_clock([p for p in info.ports if p.direction == "input"])
         resets = find_resets([p for p in info.ports if p.direction == "input"]) if clock else []
@@ -774,10 +857,10 @@ def prove(info: ReferenceInfo, gated: Gated, options: VerilogOptions) -> CheckRe
         outcome = _from_abc(result, clock)
         if outcome.result == "equivalent" and gated.unmodelled:
             # pdr proved it on a netlist where these x's got a chosen value; the simulation shows the x
-            outcome = formal.FormalOutcome(
-                "inconclusive",
+            outcome = _inconclusive(
                 outcome.method,
-                note="proved only with the candidate's x/z given values: " + "; ".join(gated.unmodelled[:3]),
+                "undecided",
+                "proved only with the candidate's x/z given values: " + "; ".join(gated.unmodelled[:3]),
             )
         if outcome.result == "not_equivalent" and outcome.frame is not None:
             outputs = [p.name for p in info.ports if p.direction != "input"]
@@ -791,60 +874,72 @@ def prove(info: ReferenceInfo, gated: Gated, options: VerilogOptions) -> CheckRe
                 and formal.SAT_FAIL.search(traced.stdout)
             ):
                 outcome.counterexample = formal.last_steps(formal.counterexample(traced.stdout))
-    else:
-        files["comb.ys"] = formal.combinational_script("gold.v", gold_top, "gate.v", gated.top)
-        abc_limits = limits.model_copy(update={"cpu_s": max(1.0, options.formal_cpu_s / 2)})
-        result = run_job(
-            files,
-            [
-                ("synth", [YOSYS, "-q", "-s", "comb.ys"], abc_limits),
-                ("abc", [YOSYS_ABC, "-c", formal.abc_command()], abc_limits),
-            ],
-        )
-        abc = command(result, "abc")
-        said = (
-            formal.abc_result(abc.stdout)
-            if abc is not None and abc.verdict is RunVerdict.ok
-            else "inconclusive"
-        )
-        # ABC works on a netlist where every x of the candidate became whatever suited synthesis: with an
-        # x source (an x/z constant, an undriven net...) its "equivalent" is confirmed by the x-aware SAT
-        if said == "equivalent" and not gated.undefined:
-            outcome = formal.FormalOutcome("equivalent", "abc-cec")
-        else:
-            files["sat.ys"] = formal.combinational_sat_script(
-                "gold.v", gold_top, "gate.v", gated.top, timeout
-            )
-            again = run_job(files, [("sat", [YOSYS, "-s", "sat.ys"], limits)])
-            outcome = _from_sat(command(again, "sat"), "sat")
-            outcome.note = f"abc-cec: {said}" + (
-                "; the candidate can make x: " + "; ".join(gated.undefined[:3]) if gated.undefined else ""
-            )
-    details: dict[str, Any] = {"result": outcome.result, "method": outcome.method, "sequential": sequential}
-    if sequential:
-        details["depth"] = options.formal_depth
-    if outcome.counterexample:
-        details["counterexample"] = outcome.counterexample
-    if outcome.note:
-        details["note"] = outcome.note
-    passed = outcome.result != "not_equivalent"
-    if not passed:
-        details["message"] = "formal equivalence found a counterexample" + (
-            f" ({outcome.note})" if outcome.note else ""
-        )
-    return CheckResult(
-        "formal", passed, None if passed else "not_equivalent", details=details, formal=outcome.result
+        return outcome, sequential
+    files["comb.ys"] = formal.combinational_script("gold.v", gold_top, "gate.v", gated.top)
+    abc_limits = limits.model_copy(update={"cpu_s": max(1.0, options.formal_cpu_s / 2)})
+    result = run_job(
+        files,
+        [
+            ("synth", [YOSYS, "-q", "-s", "comb.ys"], abc_limits),
+            ("abc", [YOSYS_ABC, "-c", formal.abc_command()], abc_limits),
+        ],
     )
+    abc = command(result, "abc")
+    said = (
+        formal.abc_result(abc.stdout) if abc is not None and abc.verdict is RunVerdict.ok else "inconclusive"
+    )
+    # ABC works on a netlist where every x of the candidate became whatever suited synthesis: with an
+    # x source (an x/z constant, an undriven net...) its "equivalent" is confirmed by the x-aware SAT
+    if said == "equivalent" and not gated.undefined:
+        return formal.FormalOutcome("equivalent", "abc-cec"), sequential
+    files["sat.ys"] = formal.combinational_sat_script("gold.v", gold_top, "gate.v", gated.top, timeout)
+    again = run_job(files, [("sat", [YOSYS, "-s", "sat.ys"], limits)])
+    outcome = _from_sat(command(again, "sat"), "sat")
+    if outcome.result == "inconclusive" and outcome.cause == "unsupported":
+        synth = command(result, "synth")
+        if synth is not None and synth.verdict in (RunVerdict.time_limit, RunVerdict.memory_limit):
+            outcome.cause = synth.verdict.value  # the candidate's synthesis ran out first
+    outcome.note = (
+        f"abc-cec: {said}"
+        + ("; the candidate can make x: " + "; ".join(gated.undefined[:3]) if gated.undefined else "")
+        + (f"; {outcome.note}" if outcome.note and outcome.result == "inconclusive" else "")
+    )
+    return outcome, sequential
+
+
+def _formal_machinery_check(reference: VerilogReference, info: ReferenceInfo) -> None:
+    """The formal flow on the reference against itself, once per problem (cached with the reference, not
+    charged to the candidate): when it is not `equivalent` the tools are broken, and a candidate they fail
+    on gets a verifier_error instead of a reward of 0."""
+    if info.formal_self is None:
+        names = declared_modules(tokenize(reference.reference_module))
+        syn = rename(synthesis_view(reference.reference_module), names, CAND_PREFIX)
+        itself = Gated("", syn, CAND_PREFIX + REF_TOP, bool(info.sequential))
+        token = _budget.set(None)
+        try:
+            outcome, _ = _prove(info, itself, VerilogOptions())
+        finally:
+            _budget.reset(token)
+        info.formal_self = (
+            outcome.result if outcome.result == "equivalent" else (outcome.note or outcome.result)
+        )
+        _references.put(reference_key(reference), info)
+    if info.formal_self != "equivalent":
+        raise FormalMachineryFailure(
+            f"yosys/ABC do not prove the reference equivalent to itself: {info.formal_self}"[:2000]
+        )
 
 
 def _from_abc(result: Result, clock: str | None) -> formal.FormalOutcome:
     synth = command(result, "synth")
     if synth is None or synth.verdict is not RunVerdict.ok:
         why = tool_message(synth)[-500:].replace(CAND_PREFIX, "")
-        return formal.FormalOutcome("inconclusive", "clk2fflogic+abc", note=f"yosys failed: {why}")
+        return _inconclusive("clk2fflogic+abc", _cause_of(synth), f"yosys failed: {why}")
+    causes = {}
     for name, method in (("pdr", "clk2fflogic+abc-pdr"), ("bmc", "clk2fflogic+abc-bmc3")):
         ran = command(result, name)
         if ran is None or ran.verdict is not RunVerdict.ok:
+            causes[name] = _cause_of(ran)
             continue
         said, frame = formal.sequential_result(ran.stdout)
         if said == "equivalent":
@@ -852,27 +947,39 @@ def _from_abc(result: Result, clock: str | None) -> formal.FormalOutcome:
         if said == "not_equivalent" and frame is not None:
             note = f"counterexample at frame {frame}" + (f" (clock cycle {frame // 2})" if clock else "")
             return formal.FormalOutcome(said, method, note=note, frame=frame)
-    return formal.FormalOutcome(
-        "inconclusive",
-        "clk2fflogic+abc",
-        note="no proof and no counterexample within the depth and time budget",
-    )
+        causes[name] = "time_limit" if formal.ABC_TIMEOUT.search(ran.stdout) else "undecided"
+    # bmc3 decides the cause when it ran: it stopped at its depth (undecided) or at its time; else pdr's
+    if "memory_limit" in causes.values():
+        cause = "memory_limit"
+    elif causes.get("bmc") in ("time_limit", "undecided"):
+        cause = causes["bmc"]
+    else:
+        cause = causes.get("pdr", "unsupported")
+    notes = {
+        "time_limit": "no proof and no counterexample within the formal CPU budget",
+        "memory_limit": "the proof ran out of memory",
+        "unsupported": "ABC failed on the miter",
+        "undecided": f"no proof, and no counterexample within the depth (pdr: {causes.get('pdr')})",
+    }
+    return _inconclusive("clk2fflogic+abc", cause, notes[cause])
 
 
 def _from_sat(ran: CommandResult | None, method: str) -> formal.FormalOutcome:
     if ran is None:
-        return formal.FormalOutcome("inconclusive", method, note="yosys did not run")
+        return _inconclusive(method, "unsupported", "yosys did not run")
     if ran.verdict in (RunVerdict.time_limit, RunVerdict.memory_limit):
-        return formal.FormalOutcome("inconclusive", method, note=f"yosys stopped: {ran.detail}")
+        return _inconclusive(method, ran.verdict.value, f"yosys stopped: {ran.detail}")
     log = ran.stdout
     result = formal.sat_result(log)
-    note = ""
+    note, cause = "", ""
     if ran.verdict is not RunVerdict.ok and result == "inconclusive":
         note = "yosys failed: " + tool_message(ran)[-500:].replace(CAND_PREFIX, "")
+        cause = "unsupported"
     elif result == "inconclusive":
-        note = "no counterexample and no proof within the depth and time budget"
+        cause = "time_limit" if formal.SAT_INTERRUPTED.search(log) else "undecided"
+        note = "no counterexample and no proof within the time budget"
     cex = formal.counterexample(log) if result == "not_equivalent" else []
-    return formal.FormalOutcome(result, method, cex, note)
+    return formal.FormalOutcome(result, method, cex, note, cause=cause)
 
 
 # -- scoring ---------------------------------------------------------------------------------------------
@@ -928,21 +1035,24 @@ def _score(response: str, reference: VerilogReference, options: VerilogOptions) 
         return Verdict.failure(Status.verifier_error, "bad_reference", error=str(exc)[:2000], **details)
     except ReferenceTimeout as exc:
         return Verdict.failure(Status.timeout, "reference_time_limit", message=str(exc)[:2000], **details)
+    except FormalMachineryFailure as exc:
+        return Verdict.failure(Status.verifier_error, "formal_tool_error", error=str(exc)[:2000], **details)
     return _verdict(results, components, details)
 
 
 def run_checks(
     checks: list[str], reference: VerilogReference, info: ReferenceInfo, gated: Gated, options: VerilogOptions
 ) -> list[CheckResult]:
-    """Simulation checks first, then formal; stop at the first failure. An inconclusive formal check with no
-    simulation check asked for falls back to the random simulation."""
+    """Simulation checks first, then formal; stop at the first failure. An inconclusive formal check fails
+    (formal_inconclusive="fail", the default); where it passes ("pass") and no simulation check was asked
+    for, the random simulation runs as a fallback."""
     sims = [name for name in ("testbench", "random") if name in checks]
     results = simulate(sims, reference, info, gated, options) if sims else []
     if any(not r.passed for r in results) or "formal" not in checks:
         return results
-    proof = prove(info, gated, options)
+    proof = prove(info, gated, options, reference)
     results.append(proof)
-    if proof.formal == "inconclusive" and not sims:
+    if proof.formal == "inconclusive" and proof.passed and not sims:
         proof.details["fallback"] = "random"
         results += simulate(["random"], reference, info, gated, options)
     return results
@@ -951,8 +1061,8 @@ def run_checks(
 def _verdict(results: list[CheckResult], components: dict[str, float], details: dict[str, Any]) -> Verdict:
     reason = None
     for result in results:
-        if result.formal is not None:
-            components["formal"] = FORMAL_COMPONENT[result.formal]
+        if result.formal is not None:  # an inconclusive check that fails is worth 0, like a counterexample
+            components["formal"] = FORMAL_COMPONENT[result.formal] if result.passed else 0.0
         else:
             components[result.name] = 1.0 if result.passed else 0.0
         details[result.name] = result.details
