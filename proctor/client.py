@@ -17,19 +17,18 @@ after a lost response is safe.
 from __future__ import annotations
 
 import asyncio
-import email.utils
 import json
 import os
 import random
 import threading
 import time
 from dataclasses import dataclass
-from datetime import datetime, timezone
 from typing import Any
 
 import httpx
 
 from proctor.contract import ErrorBody, ItemError, Score, ScoreRequest
+from proctor.http_retry import parse_retry_after
 
 DEFAULT_URL = "http://127.0.0.1:8000"
 # Fallbacks for a server whose /healthz does not state its limits: the service's own defaults.
@@ -183,20 +182,7 @@ def _error_message(response: httpx.Response) -> tuple[str, str | None]:
 
 
 def _retry_after(response: httpx.Response) -> float | None:
-    value = response.headers.get("retry-after")
-    if not value:
-        return None
-    try:
-        seconds = float(value)
-    except ValueError:
-        try:
-            when = email.utils.parsedate_to_datetime(value)
-        except (TypeError, ValueError):
-            return None
-        if when.tzinfo is None:
-            when = when.replace(tzinfo=timezone.utc)
-        seconds = (when - datetime.now(timezone.utc)).total_seconds()
-    return min(max(seconds, 0.0), MAX_RETRY_AFTER_S)
+    return parse_retry_after(response.headers.get("retry-after"), cap=MAX_RETRY_AFTER_S)
 
 
 def check_response(response: httpx.Response) -> Any:

@@ -11,7 +11,7 @@ import pytest
 from proctor.sandboxes.languages import java_classes
 from proctor.verifiers.code import harness, signature
 from proctor.verifiers.code.compare import compare_float, compare_values
-from proctor.verifiers.code.extract import fenced_blocks
+from proctor.verifiers.reading import fenced_blocks
 
 HANG_S = 20.0  # each call below takes milliseconds; the quadratic scans it replaced took minutes
 

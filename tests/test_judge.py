@@ -8,6 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from proctor import http_retry
 from proctor.contract import RequestError, Status
 from proctor.engine import Engine
 from proctor.settings import Settings, get_settings
@@ -263,16 +264,18 @@ async def test_seeded_samples_are_not_one_sample_repeated(judge):
 
 
 def test_retry_after_and_backoff():
-    assert client.parse_retry_after("2") == 2.0
-    assert client.parse_retry_after("soon") is None
-    assert client.parse_retry_after("Wed, 21 Oct 2015 07:28:00 GMT") == 0.0
-    delays = [client.backoff_delay(attempt) for attempt in range(1, 12)]
-    assert all(delay <= client.BACKOFF_CAP_S for delay in delays) and delays[3] > client.BACKOFF_BASE_S
-    assert [client.retryable(code) for code in (400, 401, 404, 429, 500, 503)] == [False] * 3 + [True] * 3
+    assert http_retry.parse_retry_after("2") == 2.0
+    assert http_retry.parse_retry_after("soon") is None
+    assert http_retry.parse_retry_after("Wed, 21 Oct 2015 07:28:00 GMT") == 0.0
+    delays = [http_retry.backoff_delay(attempt) for attempt in range(1, 12)]
+    assert (
+        all(delay <= http_retry.BACKOFF_CAP_S for delay in delays) and delays[3] > http_retry.BACKOFF_BASE_S
+    )
+    assert [http_retry.retryable(code) for code in (400, 401, 404, 429, 500, 503)] == [False] * 3 + [True] * 3
     far = time.monotonic() + 3600
-    assert client.retry_delay(1, 2.5, far) == 2.5  # Retry-After wins over the backoff
-    assert client.BACKOFF_BASE_S / 2 <= client.retry_delay(1, None, far) <= client.BACKOFF_BASE_S
-    assert client.retry_delay(1, 2.5, time.monotonic() + 1) is None  # would end past the budget
+    assert http_retry.retry_delay(1, 2.5, far) == 2.5  # Retry-After wins over the backoff
+    assert http_retry.BACKOFF_BASE_S / 2 <= http_retry.retry_delay(1, None, far) <= http_retry.BACKOFF_BASE_S
+    assert http_retry.retry_delay(1, 2.5, time.monotonic() + 1) is None  # would end past the budget
 
 
 # -- judge.rubric ----------------------------------------------------------------------------------------------

@@ -11,7 +11,7 @@ import pytest
 from proctor.contract import RequestError, Status
 from proctor.engine import Engine
 from proctor.settings import Settings
-from proctor.verifiers.text.extract import (
+from proctor.verifiers.reading import (
     MAX_BOX_CHARS,
     after_think,
     all_answer_tags,

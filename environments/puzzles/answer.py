@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from proctor.contract import Verdict
-from proctor.verifiers.text.extract import after_think, clip, has_answer_tag, last_answer_tag, last_boxed
+from proctor.verifiers.reading import after_think, clip, has_answer_tag, last_answer_tag, last_boxed
 
 MAX_ANSWER_CHARS = 2_000
 """Default longest answer a family accepts; longer answers score 0 (reason answer_too_long)."""

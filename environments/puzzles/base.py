@@ -26,7 +26,7 @@ from proctor.environments.registry import (
     register_environment,
 )
 from proctor.registry import BaseOptions, Example, VerifierSpec
-from proctor.verifiers.text.extract import clip
+from proctor.verifiers.reading import clip
 
 PREFIX = "puzzle."
 LEVELS = ("easy", "medium", "hard")
@@ -226,14 +226,14 @@ def register_family(family_class: type[PuzzleFamily[Any, Any]]) -> PuzzleFamily[
 
 
 def all_families() -> list[PuzzleFamily[Any, Any]]:
-    """Every registered puzzle family, sorted by name (importing proctor.environments registers them)."""
-    import proctor.environments  # noqa: F401
+    """Every registered puzzle family, sorted by name (importing proctor.environments.puzzles registers them)."""
+    import proctor.environments.puzzles  # noqa: F401
 
     return [_families[name] for name in sorted(_families)]
 
 
 def get_family(name: str) -> PuzzleFamily[Any, Any]:
     """A family by name (`sudoku` or `puzzle.sudoku`); KeyError when unknown."""
-    import proctor.environments  # noqa: F401
+    import proctor.environments.puzzles  # noqa: F401
 
     return _families[name.removeprefix(PREFIX)]

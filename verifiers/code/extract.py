@@ -3,27 +3,13 @@ block, else the whole response (after the last </think>; an unterminated <think>
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import Literal
 
 from proctor.sandboxes.languages import Language, get_language
-
-# The fence alone; the info string after it is read in Python. The one-regex form, `[ \t]*([^\n`]*?)[ \t]*$`,
-# backtracked on a line such as "```" + 5000 spaces + "x`" for minutes (three ways to split each run of spaces).
-_OPEN = re.compile(r"[ \t]{0,3}(`{3,}|~{3,})")
-THINK_OPEN = "<think>"
-THINK_CLOSE = "</think>"
+from proctor.verifiers.reading import after_think, fenced_blocks
 
 Method = Literal["fence_language", "fence", "whole", "none"]
-
-
-@dataclass(frozen=True)
-class Block:
-    """One fenced block: its info string (the word after the fence, lower-cased) and its body."""
-
-    info: str
-    code: str
 
 
 @dataclass(frozen=True)
@@ -32,48 +18,6 @@ class Extracted:
 
     code: str
     method: Method
-
-
-def after_thinking(text: str) -> str | None:
-    """The text after the last </think>; None when a <think> is never closed (the model never answered)."""
-    close = text.rfind(THINK_CLOSE)
-    if close >= 0:
-        return text[close + len(THINK_CLOSE) :]
-    if THINK_OPEN in text:
-        return None
-    return text
-
-
-def _opening(line: str) -> tuple[str, str] | None:
-    """(fence, info string) when `line` opens a fenced block (an info string holds no backtick)."""
-    opened = _OPEN.match(line)
-    if opened is None:
-        return None
-    info = line[opened.end() :].strip(" \t")
-    return None if "`" in info else (opened.group(1), info)
-
-
-def fenced_blocks(text: str) -> list[Block]:
-    """Every fenced block (``` or ~~~, CommonMark style), in order; an unclosed last fence runs to the end."""
-    blocks: list[Block] = []
-    lines = text.splitlines()
-    index = 0
-    while index < len(lines):
-        opened = _opening(lines[index])
-        if opened is None:
-            index += 1
-            continue
-        fence, info = opened
-        closing = re.compile(rf"^[ \t]{{0,3}}{re.escape(fence[0])}{{{len(fence)},}}[ \t]*$")
-        body: list[str] = []
-        index += 1
-        while index < len(lines) and not closing.match(lines[index]):
-            body.append(lines[index])
-            index += 1
-        index += 1  # past the closing fence (or the end)
-        word = info.split()[0].lower() if info.split() else ""
-        blocks.append(Block(info=word.lstrip("{.").rstrip("}"), code="\n".join(body) + "\n"))
-    return blocks
 
 
 def _is_language(info: str, language: Language) -> bool:
@@ -85,7 +29,7 @@ def _is_language(info: str, language: Language) -> bool:
 
 def extract_code(response: str, language: Language) -> Extracted:
     """The program to judge; `method` says where it came from, and `code` is empty when there is no code."""
-    text = after_thinking(response)
+    text = after_think(response)
     if text is None:
         return Extracted("", "none")
     blocks = fenced_blocks(text)

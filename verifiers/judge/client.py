@@ -18,11 +18,9 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import email.utils
 import hashlib
 import json
 import logging
-import random
 import threading
 import time
 import weakref
@@ -32,13 +30,11 @@ from typing import Any
 import httpx
 
 from proctor.cache import LRUCache
+from proctor.endpoints import check_request_url, key_for
+from proctor.http_retry import log_body, parse_retry_after, retry_delay, retryable
 from proctor.settings import get_settings
-from proctor.verifiers.judge.urls import check_request_url, key_for
 
-BACKOFF_BASE_S = 0.25
-BACKOFF_CAP_S = 8.0
 CACHE_ENTRIES = 100_000
-ERROR_EXCERPT = 300  # characters of a failed reply's body written to the log (never into a Score)
 
 log = logging.getLogger("proctor.judge")
 
@@ -276,7 +272,7 @@ async def _call(
             if response.status_code == 200:
                 return _reply_of(response, config, key, attempt)
             # The body is not echoed: it is whatever the endpoint chose to send, and lands in a client's Score.
-            log_body(config.url, response)
+            log_body(config.url, response, log)
             error = JudgeError(
                 f"judge_http_{response.status_code}", f"judge answered HTTP {response.status_code}", attempt
             )
@@ -291,47 +287,6 @@ async def _call(
         await asyncio.sleep(delay)
 
 
-def retryable(status_code: int) -> bool:
-    """Whether an HTTP error status may succeed when asked again: 429 and 5xx (not 400, 401, 404 ...)."""
-    return status_code == 429 or status_code >= 500
-
-
-def retry_delay(attempt: int, retry_after: float | None, give_up_at: float) -> float | None:
-    """Seconds to wait before the next attempt (Retry-After, else backoff); None when it would end past give_up_at."""
-    delay = backoff_delay(attempt) if retry_after is None else retry_after
-    return None if time.monotonic() + delay > give_up_at else delay
-
-
-def backoff_delay(attempt: int) -> float:
-    """Exponential backoff with jitter: between half and all of base * 2^(attempt-1), capped."""
-    ceiling = min(BACKOFF_CAP_S, BACKOFF_BASE_S * 2 ** (attempt - 1))
-    return ceiling * random.uniform(0.5, 1.0)
-
-
-def parse_retry_after(value: str | None) -> float | None:
-    """Seconds to wait from a Retry-After header (delta-seconds or an HTTP date); None when absent or invalid."""
-    if not value:
-        return None
-    try:
-        return max(0.0, float(value))
-    except ValueError:
-        pass
-    try:
-        when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError):
-        return None
-    return max(0.0, when.timestamp() - time.time())
-
-
-def log_body(url: str, response: httpx.Response) -> None:
-    """Write the start of a failed reply's body to the operator's log (it never goes into a Score)."""
-    try:
-        excerpt = response.text[:ERROR_EXCERPT]
-    except Exception:  # noqa: BLE001 - an undecodable body is still a failure to log
-        excerpt = "<undecodable body>"
-    log.warning("%s answered HTTP %s: %r", url, response.status_code, excerpt)
-
-
 def _reply_of(response: httpx.Response, config: JudgeConfig, key: str, attempts: int) -> Reply:
     try:
         data = response.json()
@@ -340,7 +295,7 @@ def _reply_of(response: httpx.Response, config: JudgeConfig, key: str, attempts:
             raise TypeError("choices[0].message is not an object")
     except (ValueError, KeyError, IndexError, TypeError) as exc:
         # A server that answers 200 with something else is broken: an outage, not a verdict (and not a 500).
-        log_body(config.url, response)
+        log_body(config.url, response, log)
         raise JudgeError(
             "judge_bad_reply", f"not a chat completion ({type(exc).__name__})", attempts
         ) from None

@@ -10,11 +10,11 @@ from typing import Any, TypeVar
 from pydantic import Field, field_validator
 
 from proctor.contract import Status, Verdict, content_text
+from proctor.endpoints import check_request_url
 from proctor.registry import BaseOptions
 from proctor.settings import get_settings
 from proctor.verifiers.judge.client import JudgeConfig, JudgeError, Reply, Sampling, complete, judge_config
 from proctor.verifiers.judge.parse import Unparseable
-from proctor.verifiers.judge.urls import check_request_url
 
 T = TypeVar("T")
 

@@ -29,7 +29,7 @@ from proctor.verifiers.judge.common import (
     judge_failure,
     unparsed_reason,
 )
-from proctor.verifiers.text.extract import clip, extract_answer
+from proctor.verifiers.reading import clip, extract_answer
 
 MAX_ANSWER_CHARS = 2_000
 _OPENERS = re.compile(

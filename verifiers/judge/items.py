@@ -19,7 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from proctor.sandboxes.job import Command, File, Job, Limits
 from proctor.sandboxes.job import Verdict as RunVerdict
 from proctor.sandboxes.languages import resolve_backend
-from proctor.verifiers.text.match import pattern_error, regex_matches
+from proctor.verifiers.patterns import pattern_error, regex_matches
 
 MAX_ITEMS = 100
 CHECK_LIMITS = Limits(cpu_s=5.0, memory_mb=256, processes=8, output_bytes=64 * 1024)

@@ -29,7 +29,7 @@ from proctor.verifiers.judge.common import (
     transcript,
     unparsed_reason,
 )
-from proctor.verifiers.text.extract import after_think
+from proctor.verifiers.reading import after_think
 
 
 class PairwiseReference(BaseModel):

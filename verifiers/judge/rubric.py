@@ -36,7 +36,7 @@ from proctor.verifiers.judge.common import (
     unparsed_reason,
 )
 from proctor.verifiers.judge.items import MAX_ITEMS, CheckError, Item, code_met, regex_met, undecided_met
-from proctor.verifiers.text.extract import after_think
+from proctor.verifiers.reading import after_think
 
 IMPLICIT_SCALE = 10
 

@@ -41,7 +41,7 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Literal
 
-from proctor.verifiers.text.extract import ANSWER_CLOSE, ANSWER_OPEN, after_think, match_brace
+from proctor.verifiers.reading import ANSWER_CLOSE, ANSWER_OPEN, after_think, match_brace
 
 MAX_CANDIDATE_CHARS = 2_000
 """Longest candidate the engine is asked to parse; longer ones set `Extracted.oversized`."""

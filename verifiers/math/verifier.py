@@ -30,6 +30,7 @@ from pydantic import Field, field_validator
 
 from proctor.contract import Status, Verdict
 from proctor.registry import BaseOptions, Example, VerifierSpec, register_verifier
+from proctor.verifiers.answers import AnswerReference, graded, unanswered
 from proctor.verifiers.math.equivalence import Policy, assignment, equivalent
 from proctor.verifiers.math.extract import extract_answer, extract_gold
 from proctor.verifiers.math.grammar import Node
@@ -44,7 +45,7 @@ from proctor.verifiers.math.values import (
     fold,
     parse_value,
 )
-from proctor.verifiers.text.extract import AnswerReference, clip, graded, unanswered
+from proctor.verifiers.reading import clip
 
 VERSION = "1.0.0"
 GOLD_CACHE_SIZE = 4096

@@ -17,8 +17,7 @@ from sqlglot import exp
 from sqlglot.errors import SqlglotError
 from sqlglot.tokens import TokenType
 
-from proctor.verifiers.code.extract import fenced_blocks
-from proctor.verifiers.text.extract import after_think
+from proctor.verifiers.reading import after_think, fenced_blocks
 
 logging.getLogger("sqlglot").setLevel(logging.ERROR)  # it warns on every unsupported statement it meets
 

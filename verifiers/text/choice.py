@@ -27,16 +27,8 @@ from pydantic import Field, ValidationInfo, WithJsonSchema, field_validator
 
 from proctor.contract import Verdict
 from proctor.registry import BaseOptions, Example, VerifierSpec, register_verifier
-from proctor.verifiers.text.extract import (
-    DETAIL_CHARS,
-    AnswerReference,
-    after_think,
-    all_answer_tags,
-    all_boxed,
-    clip,
-    graded,
-    unanswered,
-)
+from proctor.verifiers.answers import AnswerReference, graded, unanswered
+from proctor.verifiers.reading import DETAIL_CHARS, after_think, all_answer_tags, all_boxed, clip
 from proctor.verifiers.text.normalize import normalize
 
 DEFAULT_LABELS = string.ascii_uppercase

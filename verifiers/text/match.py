@@ -22,25 +22,18 @@ from __future__ import annotations
 
 from typing import Annotated, Any, ClassVar, Literal
 
-import re2
 from pydantic import Field, ValidationInfo, WithJsonSchema, field_validator
 
 from proctor.contract import Verdict
 from proctor.registry import BaseOptions, Example, VerifierSpec, register_verifier
-from proctor.verifiers.text.extract import (
-    AnswerReference,
-    ExtractMethod,
-    clip,
-    extract_answer,
-    graded,
-    unanswered,
-)
+from proctor.verifiers.answers import AnswerReference, graded, unanswered
+from proctor.verifiers.patterns import pattern_error, regex_matches
+from proctor.verifiers.reading import ExtractMethod, clip, extract_answer
 from proctor.verifiers.text.normalize import normalize
 
 Op = Literal["eq", "ne", "contains", "regex"]
 
 MAX_GOLDS = 256
-MAX_PATTERN_CHARS = 10_000
 MAX_REGEX_CHARS = 1_000_000
 """A longer answer is not matched against a regex (reason answer_too_long): RE2 time is linear in the text
 but grows with the pattern too, and a DFA-hostile pattern on 10 MB could take seconds."""
@@ -123,27 +116,6 @@ class MatchOptions(BaseOptions):
     )
 
 
-def _re2_options(case_sensitive: bool) -> re2.Options:
-    options = re2.Options()
-    options.log_errors = False  # RE2 would print every rejected pattern to stderr
-    options.case_sensitive = case_sensitive
-    return options
-
-
-def pattern_error(pattern: str) -> str | None:
-    """Why RE2 rejects a pattern (backreferences, look-around, syntax, size), or None when it compiles."""
-    if len(pattern) > MAX_PATTERN_CHARS:
-        return f"longer than {MAX_PATTERN_CHARS} characters"
-    try:
-        re2.compile(pattern, _re2_options(True))
-    except re2.error as exc:
-        message = exc.args[0] if exc.args else "rejected"
-        return message.decode("utf-8", "replace") if isinstance(message, bytes) else str(message)
-    except UnicodeEncodeError:
-        return "contains characters that are not valid Unicode (lone surrogates)"
-    return None
-
-
 def normalize_answer(text: str, options: MatchOptions, *, for_regex: bool = False) -> str:
     """Normalise one side as the options say; for regex, case is left to RE2 and the pattern is untouched."""
     return normalize(
@@ -153,19 +125,6 @@ def normalize_answer(text: str, options: MatchOptions, *, for_regex: bool = Fals
         punctuation=options.strip_punctuation,
         wrappers=options.strip_wrappers,
     )
-
-
-def regex_matches(answer: str, patterns: list[str], *, case_sensitive: bool, search: bool) -> bool:
-    """Whether any RE2 pattern matches the answer (the whole of it, or anywhere when `search`)."""
-    options = _re2_options(case_sensitive)
-    # RE2 works on UTF-8; a lone surrogate cannot be encoded, so it is replaced rather than crashing.
-    safe = answer.encode("utf-8", "replace").decode("utf-8")
-    for pattern in patterns:
-        compiled = re2.compile(pattern, options)
-        found = compiled.search(safe) if search else compiled.fullmatch(safe)
-        if found is not None:
-            return True
-    return False
 
 
 def compare(normalized: str, reference: MatchReference, options: MatchOptions) -> bool:

@@ -12,7 +12,7 @@ import sys
 import unicodedata
 from functools import lru_cache
 
-from proctor.verifiers.text.extract import match_brace
+from proctor.verifiers.reading import match_brace
 
 _WHITESPACE = re.compile(r"\s+")
 _TRAILING = ".,;:!?。，；：！？"

@@ -29,10 +29,11 @@ import httpx
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from proctor.contract import Status, Verdict
+from proctor.endpoints import check_request_url, key_for
+from proctor.http_retry import log_body, parse_retry_after, retry_delay, retryable
 from proctor.registry import BaseOptions, Example, VerifierSpec, register_verifier
 from proctor.settings import get_settings
-from proctor.verifiers.judge.urls import check_request_url, key_for
-from proctor.verifiers.text.extract import ExtractMethod, clip, extract_answer
+from proctor.verifiers.reading import ExtractMethod, clip, extract_answer
 
 Metric = Literal[
     "bleu",
@@ -201,8 +202,6 @@ def remote_embeddings(
     texts: list[str], base_url: str, model: str | None, api_key: str | None
 ) -> list[list[float]]:
     """Embeddings from an OpenAI-compatible endpoint, with retries on 429/5xx/connection errors."""
-    from proctor.verifiers.judge.client import log_body, parse_retry_after, retry_delay, retryable
-
     settings = get_settings()
     url = base_url.rstrip("/") + "/embeddings"
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}

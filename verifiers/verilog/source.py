@@ -12,8 +12,7 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from proctor.verifiers.code.extract import fenced_blocks
-from proctor.verifiers.text.extract import after_think
+from proctor.verifiers.reading import after_think, fenced_blocks
 
 VERILOG_TAGS = frozenset({"verilog", "systemverilog", "sv", "v", "vlog"})
 MODULE_WORD = re.compile(r"\b(?:module|macromodule|endmodule)\b")
