@@ -7,13 +7,15 @@ STAMP := $(VENV)/.proctor-installed
 # Extras the test suite uses; `make serve` needs only the base package.
 TEST_EXTRAS ?= dev,train
 PYTEST_ARGS ?=
+# Where `make docs` serves the site (the service itself takes port 8000).
+DOCS_ADDR ?= 127.0.0.1:8001
 
 # Where the machine carries local wheels (a CPU torch build), pip takes them instead of the multi-GB CUDA build.
 ifneq ($(wildcard /opt/wheels/*.whl),)
 export PIP_FIND_LINKS := /opt/wheels
 endif
 
-.PHONY: setup system-packages serve test lint format bench clean
+.PHONY: setup system-packages serve test docs lint format bench clean
 
 system-packages:
 	@bash scripts/system-packages.sh
@@ -36,7 +38,12 @@ serve: setup
 test: setup
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir $(VENV)/site
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+# The documentation site (docs/, mkdocs.yml), served with live reload; `make test` builds it with --strict.
+docs: setup
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs serve --dev-addr $(DOCS_ADDR)
 
 lint: setup
 	$(BIN)/ruff check .
