@@ -1,6 +1,5 @@
-"""Task makers: procedural puzzles (`puzzle.*`) and the trainer's toy tasks (`demo.*`).
+"""Task makers: procedural puzzles (`puzzle.*`, in `puzzles/`) and the trainer's toy tasks (`demo.*`).
 
-Importing this package registers every environment and its verifier.
+Importing this package registers nothing; `proctor.registry.load_verifiers()` imports the environment
+modules, which register each environment and its verifier.
 """
-
-from proctor.environments import demo, puzzles  # noqa: F401  (importing registers them)

@@ -159,7 +159,7 @@ def register_environment(spec: EnvironmentSpec, verifier: VerifierSpec | None = 
 
 def get_environment(name: str) -> EnvironmentSpec:
     """Look an environment up by name; unknown names raise RequestError(404) listing the known ones."""
-    load_verifiers()  # imports proctor.environments, which registers every built-in environment
+    load_verifiers()  # imports the environment modules, which register every built-in environment
     spec = _environments.get(name)
     if spec is None:
         known = ", ".join(sorted(_environments)) or "none"

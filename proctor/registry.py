@@ -1,4 +1,10 @@
-"""The verifier registry: each verifier registers itself, with its models and examples, at the bottom of its module."""
+"""The verifier registry: each verifier registers itself, with its models and examples, at the bottom of its module.
+
+The registry is loaded once per process by `load_verifiers()`, which imports the built-in modules listed in
+BUILTIN_MODULES (importing a package never registers anything by itself), entry points and plugins. The
+environment registry (`proctor.environments.registry`) and the puzzle family catalogue
+(`proctor.environments.puzzles.base`) register their verifiers here.
+"""
 
 from __future__ import annotations
 
@@ -17,7 +23,23 @@ from proctor.contract import RequestError, Verdict, request_error_from
 log = logging.getLogger(__name__)
 
 ENTRY_POINT_GROUP = "proctor.verifiers"
-BUILTIN_MODULES = ("proctor.verifiers", "proctor.environments")
+BUILTIN_MODULES = (
+    "proctor.verifiers.text.match",
+    "proctor.verifiers.text.choice",
+    "proctor.verifiers.text.similarity",
+    "proctor.verifiers.math.verifier",
+    "proctor.verifiers.code.verifier",
+    "proctor.verifiers.sql.verifier",
+    "proctor.verifiers.verilog.verifier",
+    "proctor.verifiers.judge.rubric",
+    "proctor.verifiers.judge.principles",
+    "proctor.verifiers.judge.equivalence",
+    "proctor.verifiers.judge.pairwise",
+    "proctor.verifiers.multi",
+    "proctor.environments.demo.tasks",
+    "proctor.environments.puzzles",  # imports every puzzle family module (environments/puzzles/__init__.py)
+)
+"""The modules that register the built-in verifiers and environments, imported by load_verifiers()."""
 
 
 class BaseOptions(BaseModel):
@@ -92,7 +114,7 @@ class VerifierSpec:
 
 
 _adapters: dict[int, tuple[Any, TypeAdapter]] = {}
-_registry: dict[str, VerifierSpec] = {}
+_verifiers: dict[str, VerifierSpec] = {}
 _loaded = False
 _lock = threading.RLock()
 
@@ -115,16 +137,16 @@ def _validate(adapter: TypeAdapter, value: Any, prefix: str) -> Any:
 def register_verifier(spec: VerifierSpec) -> VerifierSpec:
     """Add a verifier to the registry; registering the same name twice with another version is an error."""
     with _lock:
-        existing = _registry.get(spec.name)
+        existing = _verifiers.get(spec.name)
         if existing is not None and existing.score is not spec.score:
             raise ValueError(f"verifier {spec.name!r} is already registered as {existing.qualified_name}")
         _adapter(spec.reference)  # fail at import time, not at the first request, on a bad annotation
-        _registry[spec.name] = spec
+        _verifiers[spec.name] = spec
     return spec
 
 
 def load_verifiers(extra_plugins: str = "") -> None:
-    """Import the built-in families, every `proctor.verifiers` entry point and the plugin modules.
+    """Import the built-in verifier modules (BUILTIN_MODULES), every `proctor.verifiers` entry point and the plugin modules.
 
     Plugins come from PROCTOR_PLUGINS and from `extra_plugins` (comma-separated), which lets a service built
     from Settings in code hand its plugins to pool workers that do not share its environment.
@@ -164,9 +186,9 @@ def _plugin_modules() -> list[str]:
 def get_verifier(name: str) -> VerifierSpec:
     """Look a verifier up by name; unknown names raise RequestError(404) listing the known ones."""
     load_verifiers()
-    spec = _registry.get(name)
+    spec = _verifiers.get(name)
     if spec is None:
-        known = ", ".join(sorted(_registry)) or "none"
+        known = ", ".join(sorted(_verifiers)) or "none"
         raise RequestError(404, f"unknown verifier {name!r}; known verifiers: {known}", field="verifier")
     return spec
 
@@ -174,4 +196,4 @@ def get_verifier(name: str) -> VerifierSpec:
 def all_verifiers() -> list[VerifierSpec]:
     """Every registered verifier, sorted by name."""
     load_verifiers()
-    return [_registry[name] for name in sorted(_registry)]
+    return [_verifiers[name] for name in sorted(_verifiers)]

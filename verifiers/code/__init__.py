@@ -1,3 +1,1 @@
-"""The `code` verifier family: importing this package registers `code`."""
-
-from proctor.verifiers.code import verifier  # noqa: F401
+"""The `code` verifier family: `verifier` registers `code` when imported."""

@@ -1,3 +1,2 @@
-"""LLM-judge verifiers (`judge.rubric`, `judge.principles`, `judge.equivalence`, `judge.pairwise`) and their client."""
-
-from proctor.verifiers.judge import equivalence, pairwise, principles, rubric  # noqa: F401  (importing registers them)
+"""LLM-judge verifiers (`judge.rubric`, `judge.principles`, `judge.equivalence`, `judge.pairwise`) and their
+client; each verifier module registers its verifier when imported."""

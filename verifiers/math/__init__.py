@@ -1,3 +1,1 @@
-"""The `math` verifier family: importing this package registers `math`."""
-
-from proctor.verifiers.math import verifier  # noqa: F401
+"""The `math` verifier family: `verifier` registers `math` when imported."""

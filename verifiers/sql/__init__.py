@@ -1,3 +1,2 @@
-"""SQL verifier `sql`: execution match against a gold query on read-only SQLite or PostgreSQL."""
-
-from proctor.verifiers.sql import verifier  # noqa: F401
+"""SQL verifier `sql`: execution match against a gold query on read-only SQLite or PostgreSQL (`verifier`
+registers it when imported)."""

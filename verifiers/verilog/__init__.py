@@ -1,3 +1,2 @@
-"""Verilog verifier `verilog`: harness-owned testbench, randomized lockstep simulation and formal equivalence."""
-
-from proctor.verifiers.verilog import verifier  # noqa: F401
+"""Verilog verifier `verilog`: harness-owned testbench, randomized lockstep simulation and formal equivalence
+(`verifier` registers it when imported)."""
