@@ -13,9 +13,9 @@ from starlette.responses import Response
 
 from proctor.api.admission import Overloaded
 from proctor.api.rendering import json_response
+from proctor.capacity import PoolClosed, PoolFull
 from proctor.contract import MAX_NESTING, ErrorBody, RequestError
 from proctor.policy import ScoringFailed
-from proctor.pool import PoolClosed, PoolFull
 
 log = logging.getLogger(__name__)
 

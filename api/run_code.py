@@ -68,8 +68,8 @@ from proctor.api.errors import error_response
 from proctor.api.rendering import json_response
 from proctor.api.responses import error_responses, server_validated
 from proctor.api.state import SandboxUnavailable, ServiceState, get_state
+from proctor.capacity import PoolFull
 from proctor.contract import RequestError
-from proctor.pool import PoolFull
 from proctor.sandboxes.job import CommandResult, File, Job, Limits, Maxima, Result, Verdict, over_maximum
 from proctor.sandboxes.languages import LANGUAGES, get_language
 

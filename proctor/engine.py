@@ -20,6 +20,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from proctor.cache import LRUCache, NullCache, ResultCache, cache_key
+from proctor.capacity import PoolClosed
 from proctor.contract import (
     MAX_NESTING,
     ErrorBody,
@@ -33,9 +34,9 @@ from proctor.contract import (
     request_error_from,
     response_text,
 )
-from proctor.pool import PoolClosed, WorkerPool
 from proctor.registry import BaseOptions, VerifierSpec, get_verifier, load_verifiers
 from proctor.settings import Settings, get_settings
+from proctor.worker_pool import WorkerPool
 
 log = logging.getLogger(__name__)
 

@@ -2,7 +2,7 @@
 
 Each job already runs in its own sandboxed process tree, so a thread per running job is all the service
 needs: the thread only waits on the backend. The bound is on jobs in flight (running + waiting); past it
-`submit` raises `proctor.pool.PoolFull` at once, which the API answers with 429 and Retry-After, so a burst
+`submit` raises `proctor.capacity.PoolFull` at once, which the API answers with 429 and Retry-After, so a burst
 never piles up unbounded work or memory behind the pool.
 """
 
@@ -18,7 +18,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from queue import Empty, SimpleQueue
 
-from proctor.pool import PoolClosed, PoolFull
+from proctor.capacity import PoolClosed, PoolFull
 from proctor.sandboxes.job import Backend, CommandResult, Job, Result, Verdict
 
 log = logging.getLogger(__name__)

@@ -10,9 +10,9 @@ import time
 import pytest
 
 from proctor.contract import Status, Verdict
-from proctor.pool import WorkerPool
 from proctor.sandboxes.backends.runner import add_cpu_wait_s
 from proctor.verifiers.code import verifier
+from proctor.worker_pool import WorkerPool
 
 SPEC = verifier.SPEC
 DEADLINE_S = 6.0

@@ -10,8 +10,9 @@ from concurrent.futures import wait
 
 import pytest
 
+from proctor.capacity import PoolClosed, PoolFull
 from proctor.contract import Status
-from proctor.pool import PoolClosed, PoolFull, WorkerPool
+from proctor.worker_pool import WorkerPool
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

@@ -9,7 +9,7 @@ from concurrent.futures import Future
 
 import pytest
 
-from proctor.pool import PoolClosed, PoolFull
+from proctor.capacity import PoolClosed, PoolFull
 from proctor.sandboxes.backends import get_backend
 from proctor.sandboxes.job import Backend, Command, Job, Limits, Result, Verdict
 from proctor.sandboxes.pool import SandboxPool

@@ -22,17 +22,10 @@ from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from typing import Any
 
+from proctor.capacity import PoolClosed, PoolFull
 from proctor.contract import Status, Verdict
 
 log = logging.getLogger(__name__)
-
-
-class PoolFull(Exception):
-    """The pool's queue is full; the caller should retry later (HTTP 429)."""
-
-
-class PoolClosed(Exception):
-    """The pool was shut down before the item ran."""
 
 
 class WorkerStartError(Exception):
