@@ -380,8 +380,6 @@ def _fsync_dir(directory: Path) -> None:
 
 def dataset_roots() -> list[Path]:
     """Where the bundled `datasets/` folder may live: inside the installed wheel, or beside the package."""
-    import proctor
-
     roots: list[Path] = []
     try:
         installed = importlib.resources.files("proctor") / "datasets"
@@ -390,7 +388,7 @@ def dataset_roots() -> list[Path]:
     except (ModuleNotFoundError, TypeError):
         pass
     # An editable install maps the package folder only; the data-only folder sits beside it in the checkout.
-    checkout = Path(proctor.__file__).resolve().parent.parent
+    checkout = Path(__file__).resolve().parent.parent  # proctor/io.py -> the checkout
     if (checkout / "pyproject.toml").is_file():
         roots.append(checkout / "datasets")
     return roots
