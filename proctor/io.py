@@ -11,7 +11,6 @@ from __future__ import annotations
 import base64
 import datetime as dt
 import decimal
-import importlib.resources
 import json
 import os
 from collections.abc import Iterable, Iterator
@@ -379,19 +378,9 @@ def _fsync_dir(directory: Path) -> None:
 
 
 def dataset_roots() -> list[Path]:
-    """Where the bundled `datasets/` folder may live: inside the installed wheel, or beside the package."""
-    roots: list[Path] = []
-    try:
-        installed = importlib.resources.files("proctor") / "datasets"
-        if isinstance(installed, Path) or hasattr(installed, "__fspath__"):
-            roots.append(Path(installed))  # type: ignore[arg-type]
-    except (ModuleNotFoundError, TypeError):
-        pass
-    # An editable install maps the package folder only; the data-only folder sits beside it in the checkout.
-    checkout = Path(__file__).resolve().parent.parent  # proctor/io.py -> the checkout
-    if (checkout / "pyproject.toml").is_file():
-        roots.append(checkout / "datasets")
-    return roots
+    """Where the bundled `datasets/` folder lives: `proctor/datasets` in the wheel, a link to it in a checkout."""
+    # From this file, not importlib.resources.files("proctor"): that would import the package root (the engine).
+    return [Path(__file__).parent / "datasets"]
 
 
 def bundled_dataset(relative_path: str) -> Path:
