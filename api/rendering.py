@@ -21,16 +21,6 @@ def dump_json(content: Any, *, nan: NanMode = "null") -> bytes:
         return json.dumps(plain, ensure_ascii=True, allow_nan=nan == "constants").encode("ascii")
 
 
-class JSONBody(Response):
-    """A JSON response rendered with dump_json (FastAPI's default refuses NaN and lone surrogates)."""
-
-    media_type = "application/json"
-
-    def render(self, content: Any) -> bytes:
-        """Encode the content."""
-        return dump_json(content)
-
-
 def json_response(
     content: Any, status_code: int = 200, headers: dict[str, str] | None = None, *, nan: NanMode = "null"
 ) -> Response:

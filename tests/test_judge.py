@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -385,7 +386,8 @@ def test_rubric_code_items_run_in_the_sandbox(engine, judge, backend):
         and crash.reward == 0.0
         and "runtime_error" in crash.details["items"][0]["reason"]
     )
-    escape = "import os\ndef check(response):\n    return os.path.exists('/work/main')\n"
+    checkout = Path(__file__).resolve().parents[1]  # exists on the host, wherever the checkout is
+    escape = f"import os\ndef check(response):\n    return os.path.exists({str(checkout)!r})\n"
     jailed = score(
         engine, judge, "judge.rubric", "x", {"items": [{"criterion": "c", "kind": "code", "code": escape}]}
     )

@@ -2,7 +2,8 @@
 
 A family module subclasses `PuzzleFamily` and calls `register_family(TheFamily)` at its bottom; that
 registers the environment `puzzle.<name>` and the verifier `puzzle.<name>` (with gold and cheat examples
-made from the family's own items). See /work/notes/puzzles_api.md for a complete example.
+made from the family's own items). Every module beside this one is a complete example;
+`environments/puzzles/sudoku.py` is a short one.
 """
 
 from __future__ import annotations

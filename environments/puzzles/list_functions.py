@@ -241,14 +241,6 @@ def candidates(x: list[int], y: list[int], max_steps: int) -> list[tuple[tuple[s
     return found
 
 
-def fitting_outputs(
-    examples: list[tuple[list[int], list[int]]], test: list[int], max_steps: int
-) -> list[tuple[int, ...]]:
-    """The distinct test outputs (sorted) of every library program of up to `max_steps` steps fitting all examples."""
-    programs = candidates(examples[0][0], examples[0][1], max_steps)
-    return _outputs(programs, examples[1:], test)
-
-
 def _outputs(
     programs: list[tuple[tuple[str, int], ...]], examples: list[tuple[list[int], list[int]]], test: list[int]
 ) -> list[tuple[int, ...]]:

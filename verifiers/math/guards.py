@@ -128,9 +128,3 @@ def binomial(n: Fraction, k: Fraction) -> Fraction:
     if k < 0 or k > n:
         return Fraction(0)
     return Fraction(math.comb(int(n), int(k)))
-
-
-def check_exponent(exponent: complex | float) -> None:
-    """Refuse a non-exact power whose exponent is astronomically large (x^{10^{9}}, towers)."""
-    if abs(exponent) > MAX_EXPONENT:
-        raise TooComplex(f"an exponent larger than {MAX_EXPONENT}")
