@@ -370,19 +370,228 @@ def kill_leftovers(child):
             os.killpg(child, signal.SIGKILL)
 
 
-def run_test(state, request):
+def test_limits(request):
+    """(CPU seconds, wall-clock backstop seconds, stdout cap, stderr cap) of a test request."""
     cpu_limit = float(request.get("cpu_s", 2.0))
     wall_limit = float(request.get("wall_s") or 2 * cpu_limit + 1)
-    out_cap = int(request.get("output_bytes", 16 << 20))
-    err_cap = int(request.get("stderr_bytes", 64 << 10))
-    call = request.get("op") == "call"
-    script = request.get("op") == "script"
+    return (
+        cpu_limit,
+        wall_limit,
+        int(request.get("output_bytes", 16 << 20)),
+        int(request.get("stderr_bytes", 64 << 10)),
+    )
 
-    stdin_fd = os.memfd_create("stdin")
-    data = memoryview(request.get("stdin", "").encode())
+
+def stdin_memfd(text):
+    """A memfd holding the test's stdin, at offset 0."""
+    fd = os.memfd_create("stdin")
+    data = memoryview(text.encode())
     while data:
-        data = data[os.write(stdin_fd, data) :]
-    os.lseek(stdin_fd, 0, os.SEEK_SET)
+        data = data[os.write(fd, data) :]
+    os.lseek(fd, 0, os.SEEK_SET)
+    return fd
+
+
+def run_child(state, request, cpu_limit, stdin_fd, out_w, err_w, res_w):
+    """The forked child: set up its stdio, limits and signals, then become the test. Never returns."""
+    try:
+        os.setsid()
+        os.dup2(stdin_fd, 0)
+        os.dup2(out_w, 1)
+        os.dup2(err_w, 2)
+        # The fds the child keeps (the result pipe; the protocol for a script's proxies) go to 3, 4.
+        op = request.get("op")
+        keep = [res_w] if op == "call" else list(state["proto"]) if op == "script" else []
+        high = [fcntl.fcntl(fd, fcntl.F_DUPFD, 100) for fd in keep]
+        for number, fd in enumerate(high, start=3):
+            os.dup2(fd, number)
+        os.closerange(3 + len(high), 65536)
+        seconds = max(1, math.ceil(cpu_limit)) + 1
+        resource.setrlimit(resource.RLIMIT_CPU, (seconds, seconds))
+        # Dumpable again like a fresh process (the server stays out of reach); first, since a process
+        # that is not dumpable cannot open its own /proc/self/oom_score_adj for writing.
+        set_dumpable(True)
+        try:
+            with open("/proc/self/oom_score_adj", "w") as handle:
+                handle.write("1000")
+        except OSError:
+            pass
+        signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+        signal.signal(signal.SIGINT, signal.default_int_handler)  # a test keeps the usual Ctrl-C
+        if op == "exec":
+            exec_program(request)
+        fresh_stdio()
+        if op == "call":
+            child_call(state, request, 3)
+        elif op == "script":
+            child_script(request, 3, 4)
+        else:
+            child_stdio(state, request)
+    finally:
+        os._exit(111)
+
+
+def exec_program(request):
+    """A compiled program: the server (trusted, it never ran candidate code) forks, the child becomes the
+    program. Its environment is the request's; exec failing is exit status 127."""
+    env = {k: v for k, v in os.environ.items() if k in ("PATH", "HOME", "TMPDIR", "LANG")}
+    env.update(request.get("env") or {})
+    try:
+        os.execve(request["argv"][0], request["argv"], env)
+    except OSError as exc:
+        os.write(2, f"exec {request['argv'][0]}: {exc.strerror}\n".encode())
+        os._exit(127)
+
+
+class Watch:
+    """The parent's side of one running test: the child's pipes (capped), and its limits enforced while it
+    runs. The first limit passed sets `verdict` and kills the child's process group."""
+
+    def __init__(self, pid, limits, pipes, started, reaped_before):
+        self.pid = pid
+        self.cpu_limit, self.wall_limit, self.out_cap, self.err_cap = limits
+        self.out_r, self.err_r, self.res_r = pipes
+        self.started = started
+        self.reaped_before = reaped_before
+        # fd -> [bytes kept, bytes seen, cap]
+        self.streams = {
+            self.out_r: [bytearray(), 0, self.out_cap],
+            self.err_r: [bytearray(), 0, self.err_cap],
+        }
+        if self.res_r is not None:
+            self.streams[self.res_r] = [bytearray(), 0, self.out_cap]
+        self.open_fds = set(self.streams)
+        self.verdict, self.detail, self.killed = None, "", False
+        self.peak_cpu = 0.0
+        self.waited = (
+            0.0  # the child's wait for a CPU (runnable, not running): a loaded machine, not the program
+        )
+
+    def drain(self, fd):
+        """Read what one pipe holds, keeping up to its cap; False at EOF."""
+        try:
+            chunk = os.read(fd, 65536)
+        except BlockingIOError:
+            return True
+        if not chunk:
+            return False
+        entry = self.streams[fd]
+        room = entry[2] - len(entry[0])
+        if room > 0:
+            entry[0] += chunk[:room]
+        entry[1] += len(chunk)
+        return True
+
+    def until_exit(self, pidfd):
+        """Pump the pipes and check the limits until the child exits (killing it at the first limit passed)."""
+        poller = select.poll()
+        for fd in self.open_fds:
+            poller.register(fd, select.POLLIN)
+        poller.register(pidfd, select.POLLIN)
+        exited = False
+        while not exited:
+            exited = self.pump(poller, pidfd)
+            if self.verdict is None:
+                self.verdict, self.detail = self.over_limit()
+            if self.verdict is not None and not self.killed:
+                self.killed = True
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(self.pid, signal.SIGKILL)
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(self.pid, signal.SIGKILL)
+
+    def pump(self, poller, pidfd):
+        """One poll: read what is ready; True when the child has exited."""
+        exited = False
+        for fd, _ in poller.poll(TICK_S * 1000):
+            if fd == pidfd:
+                exited = True
+            elif fd in self.open_fds and not self.drain(fd):
+                poller.unregister(fd)
+                self.open_fds.discard(fd)
+        return exited
+
+    def over_limit(self):
+        """(verdict, detail) of the first limit the test passed so far, else (None, "")."""
+        if self.streams[self.out_r][1] > self.out_cap:
+            return "output_limit", f"stdout passed {self.out_cap} bytes"
+        if self.res_r is not None and self.streams[self.res_r][1] > self.out_cap:
+            return "output_limit", f"return value passed {self.out_cap} bytes"
+        elapsed = time.monotonic() - self.started
+        if elapsed <= TICK_S:
+            return None, ""
+        self.peak_cpu = max(self.peak_cpu, tree_cpu(self.pid) + reaped_cpu() - self.reaped_before)
+        self.waited = max(self.waited, waited_for_cpu(self.pid))
+        wall_limit = self.wall_limit
+        if self.peak_cpu > self.cpu_limit:
+            return "time_limit", f"cpu {self.peak_cpu:.3f} s > {self.cpu_limit:.3f} s"
+        if elapsed > wall_limit and elapsed - self.waited > wall_limit:
+            return "time_limit", f"wall-clock backstop {wall_limit:.1f} s (sleeping or blocked)"
+        if elapsed > 5 * wall_limit + 5:
+            return "time_limit", f"wall-clock hard cap {5 * wall_limit + 5:.1f} s"
+        return None, ""
+
+    def close(self, pidfd):
+        """Take what is left in the pipes and close them. A survivor (only outside a pid namespace) may hold
+        them open and keep writing: read a bounded amount, never until EOF."""
+        for fd in list(self.open_fds):
+            os.set_blocking(fd, False)
+            for _ in range(64):
+                if not self.drain(fd) or not select.select([fd], [], [], 0)[0]:
+                    break
+        os.close(pidfd)
+        for fd in self.streams:
+            os.close(fd)
+
+    def reply(self, status, usage, cpu, wall):
+        """The reply frame for the reaped child: the verdict (the limit it passed, else from how it ended), its
+        measurements and its output."""
+        exit_code = os.WEXITSTATUS(status) if os.WIFEXITED(status) else None
+        sig = os.WTERMSIG(status) if os.WIFSIGNALED(status) else None
+        verdict, detail = self.verdict, self.detail
+        if verdict is None:
+            verdict, detail = exit_verdict(cpu, self.cpu_limit, exit_code, sig)
+        out, err = self.streams[self.out_r], self.streams[self.err_r]
+        reply = {
+            "verdict": verdict,
+            "detail": detail,
+            "exit_code": exit_code,
+            "signal": sig,
+            "cpu_s": round(cpu, 6),
+            "wall_s": round(wall, 6),
+            "cpu_wait_s": round(min(self.waited, wall), 6),
+            "peak_memory_mb": round(usage.ru_maxrss / 1024, 3),
+            "stdout": out[0].decode("utf-8", "replace"),
+            "stdout_truncated": out[1] > self.out_cap,
+            "stderr": err[0].decode("utf-8", "replace"),
+            "stderr_truncated": err[1] > self.err_cap,
+        }
+        if self.res_r is not None:
+            raw = bytes(self.streams[self.res_r][0])
+            reply["returned"] = bool(raw) and self.streams[self.res_r][1] <= self.out_cap
+            reply["result"] = raw.decode("utf-8", "replace") if reply["returned"] else ""
+        return reply
+
+
+def exit_verdict(cpu, cpu_limit, exit_code, sig):
+    """(verdict, detail) of a child that ended within the limits the parent watched."""
+    if cpu > cpu_limit or sig == signal.SIGXCPU:
+        return "time_limit", f"cpu {cpu:.3f} s > {cpu_limit:.3f} s"
+    if sig == signal.SIGKILL:
+        # Nothing here sent it: inside the jail only the cgroup's OOM killer does.
+        return "memory_limit", "killed by SIGKILL (memory limit)"
+    if sig is not None:
+        return "runtime_error", f"killed by signal {sig}"
+    if exit_code != 0:
+        return "runtime_error", f"exit status {exit_code}"
+    return "ok", ""
+
+
+def run_test(state, request):
+    """Run one test in a forked child, watched until it ends, and reap it and everything it left: the reply."""
+    limits = test_limits(request)
+    call = request.get("op") == "call"
+    stdin_fd = stdin_memfd(request.get("stdin", ""))
     out_r, out_w = os.pipe()
     err_r, err_w = os.pipe()
     res_r, res_w = os.pipe() if call else (None, None)
@@ -392,162 +601,23 @@ def run_test(state, request):
     started = time.monotonic()
     pid = os.fork()
     if pid == 0:
-        try:
-            os.setsid()
-            os.dup2(stdin_fd, 0)
-            os.dup2(out_w, 1)
-            os.dup2(err_w, 2)
-            # The fds the child keeps (the result pipe; the protocol for a script's proxies) go to 3, 4.
-            keep = [res_w] if call else list(state["proto"]) if script else []
-            high = [fcntl.fcntl(fd, fcntl.F_DUPFD, 100) for fd in keep]
-            for number, fd in enumerate(high, start=3):
-                os.dup2(fd, number)
-            os.closerange(3 + len(high), 65536)
-            seconds = max(1, math.ceil(cpu_limit)) + 1
-            resource.setrlimit(resource.RLIMIT_CPU, (seconds, seconds))
-            # Dumpable again like a fresh process (the server stays out of reach); first, since a process
-            # that is not dumpable cannot open its own /proc/self/oom_score_adj for writing.
-            set_dumpable(True)
-            try:
-                with open("/proc/self/oom_score_adj", "w") as handle:
-                    handle.write("1000")
-            except OSError:
-                pass
-            signal.signal(signal.SIGPIPE, signal.SIG_DFL)
-            signal.signal(signal.SIGINT, signal.default_int_handler)  # a test keeps the usual Ctrl-C
-            if request.get("op") == "exec":
-                # A compiled program: the server (trusted, it never ran candidate code) forks, the child
-                # becomes the program. Its environment is the request's; exec failing is exit status 127.
-                env = {k: v for k, v in os.environ.items() if k in ("PATH", "HOME", "TMPDIR", "LANG")}
-                env.update(request.get("env") or {})
-                try:
-                    os.execve(request["argv"][0], request["argv"], env)
-                except OSError as exc:
-                    os.write(2, f"exec {request['argv'][0]}: {exc.strerror}\n".encode())
-                    os._exit(127)
-            fresh_stdio()
-            if call:
-                child_call(state, request, 3)
-            elif script:
-                child_script(request, 3, 4)
-            else:
-                child_stdio(state, request)
-        finally:
-            os._exit(111)
+        run_child(state, request, limits[0], stdin_fd, out_w, err_w, res_w)
     CANDIDATE_RAN[0] = True
     state["child"] = pid
     for fd in (stdin_fd, out_w, err_w, res_w):
         if fd is not None:
             os.close(fd)
     pidfd = os.pidfd_open(pid)
-    streams = {out_r: [bytearray(), 0, out_cap], err_r: [bytearray(), 0, err_cap]}
-    if call:
-        streams[res_r] = [bytearray(), 0, out_cap]
-    open_fds = set(streams)
-    poller = select.poll()
-    for fd in open_fds:
-        poller.register(fd, select.POLLIN)
-    poller.register(pidfd, select.POLLIN)
-    verdict, detail, killed = None, "", False
-    exited = False
-    peak_cpu = 0.0
-    waited = 0.0  # the child's wait for a CPU (runnable, not running): a loaded machine, not the program
-
-    def drain(fd):
-        try:
-            chunk = os.read(fd, 65536)
-        except BlockingIOError:
-            return True
-        if not chunk:
-            return False
-        entry = streams[fd]
-        room = entry[2] - len(entry[0])
-        if room > 0:
-            entry[0] += chunk[:room]
-        entry[1] += len(chunk)
-        return True
-
-    while not exited:
-        events = poller.poll(TICK_S * 1000)
-        for fd, _ in events:
-            if fd == pidfd:
-                exited = True
-            elif fd in open_fds and not drain(fd):
-                poller.unregister(fd)
-                open_fds.discard(fd)
-        if verdict is None and streams[out_r][1] > out_cap:
-            verdict, detail = "output_limit", f"stdout passed {out_cap} bytes"
-        if call and verdict is None and streams[res_r][1] > out_cap:
-            verdict, detail = "output_limit", f"return value passed {out_cap} bytes"
-        elapsed = time.monotonic() - started
-        if verdict is None and elapsed > TICK_S:
-            peak_cpu = max(peak_cpu, tree_cpu(pid) + reaped_cpu() - reaped_before)
-            waited = max(waited, waited_for_cpu(pid))
-            if peak_cpu > cpu_limit:
-                verdict, detail = "time_limit", f"cpu {peak_cpu:.3f} s > {cpu_limit:.3f} s"
-            elif elapsed > wall_limit and elapsed - waited > wall_limit:
-                verdict, detail = (
-                    "time_limit",
-                    f"wall-clock backstop {wall_limit:.1f} s (sleeping or blocked)",
-                )
-            elif elapsed > 5 * wall_limit + 5:
-                verdict, detail = "time_limit", f"wall-clock hard cap {5 * wall_limit + 5:.1f} s"
-        if verdict is not None and not killed:
-            killed = True
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(pid, signal.SIGKILL)
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
-    waited = max(waited, waited_for_cpu(pid))  # still readable: the child is not reaped yet
+    watch = Watch(pid, limits, (out_r, err_r, res_r), started, reaped_before)
+    watch.until_exit(pidfd)
+    watch.waited = max(watch.waited, waited_for_cpu(pid))  # still readable: the child is not reaped yet
     _, status, usage = os.wait4(pid, 0)
     wall = time.monotonic() - started
     kill_leftovers(pid)
     state["child"] = None
-    # Take what is in the pipes. A survivor (only outside a pid namespace) may hold them open and keep
-    # writing: read a bounded amount, never until EOF.
-    for fd in list(open_fds):
-        os.set_blocking(fd, False)
-        for _ in range(64):
-            if not drain(fd) or not select.select([fd], [], [], 0)[0]:
-                break
-    os.close(pidfd)
-    for fd in streams:
-        os.close(fd)
-    cpu = max(peak_cpu, usage.ru_utime + usage.ru_stime, reaped_cpu() - reaped_before)
-    exit_code = os.WEXITSTATUS(status) if os.WIFEXITED(status) else None
-    sig = os.WTERMSIG(status) if os.WIFSIGNALED(status) else None
-    if verdict is None:
-        if cpu > cpu_limit or sig == signal.SIGXCPU:
-            verdict, detail = "time_limit", f"cpu {cpu:.3f} s > {cpu_limit:.3f} s"
-        elif sig == signal.SIGKILL:
-            # Nothing here sent it: inside the jail only the cgroup's OOM killer does.
-            verdict, detail = "memory_limit", "killed by SIGKILL (memory limit)"
-        elif sig is not None:
-            verdict, detail = "runtime_error", f"killed by signal {sig}"
-        elif exit_code != 0:
-            verdict, detail = "runtime_error", f"exit status {exit_code}"
-        else:
-            verdict = "ok"
-    out, err = streams[out_r], streams[err_r]
-    reply = {
-        "verdict": verdict,
-        "detail": detail,
-        "exit_code": exit_code,
-        "signal": sig,
-        "cpu_s": round(cpu, 6),
-        "wall_s": round(wall, 6),
-        "cpu_wait_s": round(min(waited, wall), 6),
-        "peak_memory_mb": round(usage.ru_maxrss / 1024, 3),
-        "stdout": out[0].decode("utf-8", "replace"),
-        "stdout_truncated": out[1] > out_cap,
-        "stderr": err[0].decode("utf-8", "replace"),
-        "stderr_truncated": err[1] > err_cap,
-    }
-    if call:
-        raw = bytes(streams[res_r][0])
-        reply["returned"] = bool(raw) and streams[res_r][1] <= out_cap
-        reply["result"] = raw.decode("utf-8", "replace") if reply["returned"] else ""
-    return reply
+    watch.close(pidfd)
+    cpu = max(watch.peak_cpu, usage.ru_utime + usage.ru_stime, reaped_cpu() - reaped_before)
+    return watch.reply(status, usage, cpu, wall)
 
 
 def server_failure(state, trace):
