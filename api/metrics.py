@@ -25,7 +25,7 @@ from prometheus_client import (
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from proctor.contract import Score
-from proctor.sandboxes.job import Result, Verdict
+from proctor.sandboxes.job import Result, RunVerdict
 
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 _LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
@@ -108,7 +108,7 @@ class Metrics:
             self.pool.labels(field).set(0)
         for field in _SANDBOX_FIELDS:
             self.sandbox.labels(field).set(0)
-        for verdict in Verdict:
+        for verdict in RunVerdict:
             self.sandbox_jobs.labels(verdict.value)  # every verdict shows, at 0, before its first job
         for state in ("running", "queued"):
             self.admission.labels(state).set(0)

@@ -70,7 +70,16 @@ from proctor.api.responses import error_responses, server_validated
 from proctor.api.state import SandboxUnavailable, ServiceState, get_state
 from proctor.capacity import PoolFull
 from proctor.contract import RequestError
-from proctor.sandboxes.job import CommandResult, File, Job, Limits, Maxima, Result, Verdict, over_maximum
+from proctor.sandboxes.job import (
+    CommandResult,
+    File,
+    Job,
+    Maxima,
+    Result,
+    RunLimits,
+    RunVerdict,
+    over_maximum,
+)
 from proctor.sandboxes.languages import LANGUAGES, get_language
 
 router = APIRouter(tags=["compatibility"])
@@ -223,7 +232,7 @@ def build_job(body: RunCodeRequest, maxima: Maxima | None = None) -> Job:
         compile_command = language.compile_command(body.code, limits)
         assert compile_command is not None  # language.compiled
         commands.append(compile_command)
-    run_limits = Limits(cpu_s=run_timeout, memory_mb=memory_mb)
+    run_limits = RunLimits(cpu_s=run_timeout, memory_mb=memory_mb)
     commands.append(language.run_command(body.code, body.stdin or "", run_limits, name="run"))
     return Job(
         files=[*files, File(path=source_name, content=body.code)],
@@ -273,7 +282,7 @@ def to_response(result: Result) -> RunCodeResponse:
     results = {command.name: converted_result for command, converted_result in converted}
     error = next((c for c, r in converted if r.status is CommandRunStatus.Error), None)
     failed = next(
-        (c for c, r in converted if c.verdict is not Verdict.ok or r.return_code != 0),
+        (c for c, r in converted if c.verdict is not RunVerdict.ok or r.return_code != 0),
         None,
     )
     if error is not None:
@@ -304,9 +313,9 @@ def sandbox_error(message: str) -> RunCodeResponse:
 
 def _command_result(command: CommandResult) -> CommandRunResult:
     """One command in SandboxFusion's terms."""
-    if command.verdict is Verdict.sandbox_error:
+    if command.verdict is RunVerdict.sandbox_error:
         status, return_code = CommandRunStatus.Error, None
-    elif command.verdict is Verdict.time_limit:
+    elif command.verdict is RunVerdict.time_limit:
         status, return_code = CommandRunStatus.TimeLimitExceeded, None  # as SandboxFusion reports a timeout
     else:
         status, return_code = CommandRunStatus.Finished, _return_code(command)
@@ -324,7 +333,7 @@ def _return_code(command: CommandResult) -> int:
     if command.signal is not None:
         return -command.signal
     code = command.exit_code if command.exit_code is not None else -SIGKILL
-    if code == 0 and command.verdict is not Verdict.ok:
+    if code == 0 and command.verdict is not RunVerdict.ok:
         return -SIGKILL  # stopped by the sandbox (memory or output limit) after the tree exited cleanly
     return code
 
@@ -332,7 +341,7 @@ def _return_code(command: CommandResult) -> int:
 def _describe(command: CommandResult) -> str:
     """Proctor's verdict for a failed command, e.g. 'run: memory_limit: memory limit 128 MB (OOM kill)'."""
     verdict = command.verdict.value
-    if command.name == "compile" and command.verdict is Verdict.runtime_error:
+    if command.name == "compile" and command.verdict is RunVerdict.runtime_error:
         verdict = "compile_error"  # the compiler rejected the program
     detail = f": {command.detail}" if command.detail else ""
     truncated = " (stdout truncated)" if command.stdout_truncated else ""

@@ -276,11 +276,11 @@ def bare_judge(language: str, source: str, reference: dict[str, Any]) -> bool:
 
 def sandbox_per_test_judge(language: str, source: str, reference: dict[str, Any]) -> bool:
     """Compile once in nsjail, then a fresh sandbox job per test (warm start off), compare in the judge."""
-    from proctor.sandboxes.job import File, Limits, Verdict
-    from proctor.sandboxes.languages import Submission
+    from proctor.sandboxes.job import File, RunLimits, RunVerdict
+    from proctor.sandboxes.program import Submission
 
     tests = reference["tests"]
-    limits = Limits(cpu_s=CPU_S, memory_mb=1024)
+    limits = RunLimits(cpu_s=CPU_S, memory_mb=1024)
     if tests["format"] == "call":
         submission = Submission(
             "python",
@@ -299,7 +299,7 @@ def sandbox_per_test_judge(language: str, source: str, reference: dict[str, Any]
         passed = True
         for stdin, want in runs:
             result = submission.run(stdin)
-            ok = result.verdict is Verdict.ok
+            ok = result.verdict is RunVerdict.ok
             if tests["format"] == "call":
                 passed &= ok and json.loads(result.stdout) == json.loads(want)
             else:
@@ -394,13 +394,13 @@ def speed(engine: Any, repeat: int) -> list[dict[str, Any]]:
 def per_test_cost(repeat: int) -> dict[str, Any]:
     """Milliseconds per test after one compile, for the C++ stdio program on the 100 tests: warm exec (one
     jail, fork+exec per test), a fresh nsjail per test, and a bare unsandboxed subprocess per test."""
-    from proctor.sandboxes.job import Limits
-    from proctor.sandboxes.languages import Submission
+    from proctor.sandboxes.job import RunLimits
+    from proctor.sandboxes.program import Submission
 
     reference = stdio_problem("cpp")
     stdins = [case["stdin"] for case in reference["tests"]["cases"]]
     wants = [case["stdout"].split() for case in reference["tests"]["cases"]]
-    limits = Limits(cpu_s=CPU_S, memory_mb=1024)
+    limits = RunLimits(cpu_s=CPU_S, memory_mb=1024)
     found: dict[str, Any] = {}
     for label, warm in (("warm", True), ("jail", False)):
         times, right = [], 0

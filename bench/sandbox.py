@@ -35,9 +35,9 @@ from pathlib import Path
 from common import append_results, git_commit  # bench/common.py: the script's folder is on sys.path
 
 from proctor.sandboxes.backends import BACKENDS, get_backend
-from proctor.sandboxes.job import Backend, Command, File, Job, Limits, Verdict
-from proctor.sandboxes.languages import Submission
+from proctor.sandboxes.job import Backend, Command, File, Job, RunLimits, RunVerdict
 from proctor.sandboxes.pool import SandboxPool
+from proctor.sandboxes.program import Submission
 from proctor.settings import get_settings
 
 PYTHON = "/usr/bin/python3"
@@ -110,7 +110,7 @@ def through(backend: Backend, job: Job) -> Callable[[], object]:
 
     def run() -> None:
         result = backend.run(job)
-        if result.verdict is not Verdict.ok:
+        if result.verdict is not RunVerdict.ok:
             raise RuntimeError(f"{backend.name}: {result.verdict.value}: {result.commands[-1].detail}")
 
     return run
@@ -183,12 +183,14 @@ def bench_per_test(backend: Backend, tests: int) -> dict:
     """Per-test ms of a 100-test Python problem: fresh interpreter per test vs the warm-start mode."""
     stdins = [f"{n}\n" for n in range(tests)]
     expected = [f"{sum(i * i for i in range(n + 1))}\n" for n in range(tests)]
-    limits = Limits(cpu_s=2.0, memory_mb=256)
+    limits = RunLimits(cpu_s=2.0, memory_mb=256)
     with Submission("python", PROBLEM, limits=limits, backend=backend, warm=False) as submission:
         started = time.perf_counter()
         cold = submission.run_many(stdins, limits)
         cold_ms = (time.perf_counter() - started) * 1000 / tests
-    cold_right = sum(r.verdict is Verdict.ok and r.stdout == e for r, e in zip(cold, expected, strict=False))
+    cold_right = sum(
+        r.verdict is RunVerdict.ok and r.stdout == e for r, e in zip(cold, expected, strict=False)
+    )
     warm_ms, warm_tests_ms, warm_right = run_warm(backend, stdins, expected, limits)
     return {
         "tests": tests,
@@ -202,7 +204,7 @@ def bench_per_test(backend: Backend, tests: int) -> dict:
 
 
 def run_warm(
-    backend: Backend, stdins: list[str], expected: list[str], limits: Limits
+    backend: Backend, stdins: list[str], expected: list[str], limits: RunLimits
 ) -> tuple[float, float, int]:
     """Warm-start mode on the same tests: per-test ms with the server's start spread over the tests, per-test
     ms of the tests alone, and right answers."""
@@ -216,7 +218,7 @@ def run_warm(
         loaded = time.perf_counter()
         results = [warm.run(stdin) for stdin in stdins]
         finished = time.perf_counter()
-    right = sum(r.verdict is Verdict.ok and r.stdout == e for r, e in zip(results, expected, strict=False))
+    right = sum(r.verdict is RunVerdict.ok and r.stdout == e for r, e in zip(results, expected, strict=False))
     return (finished - started) * 1000 / len(stdins), (finished - loaded) * 1000 / len(stdins), right
 
 
@@ -257,7 +259,7 @@ def bench_false_time_limits(
         commands=[
             Command(
                 argv=[PYTHON, "-c", quarter_cpu_program(cpu_limit_s / 4)],
-                limits=Limits(cpu_s=cpu_limit_s, memory_mb=256),
+                limits=RunLimits(cpu_s=cpu_limit_s, memory_mb=256),
             )
         ]
     )
@@ -276,7 +278,7 @@ def bench_false_time_limits(
     results = [f.result() for f in done]
     commands = [r.commands[0] for r in results]
     verdicts = Counter(r.verdict.value for r in results)
-    right = sum(c.verdict is Verdict.ok and c.stdout == "ok\n" for c in commands)
+    right = sum(c.verdict is RunVerdict.ok and c.stdout == "ok\n" for c in commands)
     return {
         "programs": programs,
         "burners": burners,

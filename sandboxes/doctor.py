@@ -14,8 +14,9 @@ import threading
 import time
 from typing import Any
 
-from proctor.sandboxes.job import Backend, Limits, Verdict
-from proctor.sandboxes.languages import LANGUAGES, Language, Submission
+from proctor.sandboxes.job import Backend, RunLimits, RunVerdict
+from proctor.sandboxes.languages import LANGUAGES, Language
+from proctor.sandboxes.program import Submission
 
 log = logging.getLogger(__name__)
 
@@ -30,7 +31,7 @@ HELLO: dict[str, str] = {
     "go": 'package main\nimport "fmt"\nfunc main(){var s string;fmt.Scan(&s);fmt.Println("hello "+s)}\n',
     "rust": 'use std::io::Read;\nfn main(){let mut s=String::new();std::io::stdin().read_to_string(&mut s).unwrap();println!("hello {}",s.trim());}\n',
 }
-HELLO_LIMITS = Limits(cpu_s=5.0, memory_mb=512)
+HELLO_LIMITS = RunLimits(cpu_s=5.0, memory_mb=512)
 VERSION_TIMEOUT_S = 10.0
 DEFAULT_BUDGET_S = 120.0
 REQUIRED_LANGUAGE = "python"
@@ -121,7 +122,7 @@ def _hello(language: Language, backend: Backend | None) -> tuple[str, str]:
             result = program.run(HELLO_INPUT)
     except Exception as exc:  # noqa: BLE001 - the finding is that the toolchain does not work here
         return "error", f"{type(exc).__name__}: {exc}"
-    if result.verdict is not Verdict.ok:
+    if result.verdict is not RunVerdict.ok:
         why = result.detail or result.stderr.strip()[:300]
         return result.verdict.value, f"hello world ended with {result.verdict.value}: {why}"
     if result.stdout.strip() != HELLO_OUTPUT:

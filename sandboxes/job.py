@@ -1,11 +1,11 @@
-"""What a sandbox runs and what it reports: jobs, limits, results and verdicts (plain data, no behaviour)."""
+"""What a sandbox runs and what it reports: jobs, limits, results, verdicts and the machinery's failure (plain data)."""
 
 from __future__ import annotations
 
 import base64
 from dataclasses import dataclass
 from enum import Enum
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -13,7 +13,7 @@ if TYPE_CHECKING:
     from proctor.settings import Settings
 
 
-class Verdict(str, Enum):
+class RunVerdict(str, Enum):
     """How one command ended; `sandbox_error` alone means the machinery failed rather than the program."""
 
     ok = "ok"
@@ -24,7 +24,7 @@ class Verdict(str, Enum):
     sandbox_error = "sandbox_error"
 
 
-class Limits(BaseModel):
+class RunLimits(BaseModel):
     """Resource limits for one command. CPU time is the whole process tree's; wall time only catches sleepers."""
 
     model_config = ConfigDict(extra="forbid")
@@ -71,7 +71,7 @@ class Maxima:
             disk_mb=settings.sandbox_max_disk_mb,
         )
 
-    def clamp(self, limits: Limits) -> Limits:
+    def clamp(self, limits: RunLimits) -> RunLimits:
         """`limits` with memory, CPU time and file size no higher than these maxima (the same object if within)."""
         update: dict[str, float | int] = {}
         if limits.memory_mb > self.memory_mb:
@@ -121,7 +121,7 @@ class Command(BaseModel):
 
     argv: list[str] = Field(min_length=1)
     stdin: str = ""
-    limits: Limits = Field(default_factory=Limits)
+    limits: RunLimits = Field(default_factory=RunLimits)
     name: str = Field("run", description="A label for results, e.g. 'compile' or 'run'.")
     oom_markers: tuple[str, ...] = Field(
         (),
@@ -146,7 +146,7 @@ class CommandResult(BaseModel):
     """How one command ended, measured by the sandbox, never reported by the program itself."""
 
     name: str
-    verdict: Verdict
+    verdict: RunVerdict
     exit_code: int | None = None
     signal: int | None = None
     cpu_s: float = 0.0
@@ -167,9 +167,9 @@ class Result(BaseModel):
     files: dict[str, str] = Field(default_factory=dict)
 
     @property
-    def verdict(self) -> Verdict:
+    def verdict(self) -> RunVerdict:
         """The first verdict that is not ok, else ok."""
-        return next((c.verdict for c in self.commands if c.verdict is not Verdict.ok), Verdict.ok)
+        return next((c.verdict for c in self.commands if c.verdict is not RunVerdict.ok), RunVerdict.ok)
 
 
 class Backend(Protocol):
@@ -184,3 +184,23 @@ class Backend(Protocol):
     def run(self, job: Job) -> Result:
         """Run the job to completion; machinery failures are results with verdict sandbox_error, not exceptions."""
         ...
+
+
+class CompileOutcome(BaseModel):
+    """How preparing a program went: ok (or nothing to compile), compile_error (the program's fault, with the
+    compiler's messages), sandbox_error (the machinery failed). Loading warm Python can also end in
+    runtime_error, time_limit or memory_limit (the program failed while being imported)."""
+
+    status: Literal["ok", "compile_error", "runtime_error", "time_limit", "memory_limit", "sandbox_error"]
+    result: CommandResult | None = None
+    message: str = ""
+
+    @property
+    def ok(self) -> bool:
+        """Whether tests can run."""
+        return self.status == "ok"
+
+
+class SandboxFailure(Exception):
+    """The sandbox machinery failed (a `sandbox_error`): a verifier that meets it scores the item with that
+    status, never a reward."""

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from queue import Empty, SimpleQueue
 
 from proctor.capacity import PoolClosed, PoolFull
-from proctor.sandboxes.job import Backend, CommandResult, Job, Result, Verdict
+from proctor.sandboxes.job import Backend, CommandResult, Job, Result, RunVerdict
 
 log = logging.getLogger(__name__)
 
@@ -174,7 +174,7 @@ class SandboxPool:
             log.exception("sandbox backend %s raised instead of returning a result", self.backend.name)
             failed = CommandResult(
                 name=job.commands[0].name,
-                verdict=Verdict.sandbox_error,
+                verdict=RunVerdict.sandbox_error,
                 detail=f"backend {self.backend.name} raised {type(exc).__name__}: {exc}",
             )
             return Result(backend=self.backend.name, commands=[failed])

@@ -35,9 +35,10 @@ from typing import Any, Literal
 from pydantic import BaseModel
 
 from proctor.sandboxes import storage, warm_server
+from proctor.sandboxes.backends import resolve_backend
 from proctor.sandboxes.backends.runner import add_cpu_wait_s, cpu_waits
-from proctor.sandboxes.job import Backend, CommandResult, File, Job, Limits, Verdict
-from proctor.sandboxes.languages import BASE_ENV, CompileOutcome, get_language, resolve_backend
+from proctor.sandboxes.job import Backend, CommandResult, CompileOutcome, File, Job, RunLimits, RunVerdict
+from proctor.sandboxes.languages import BASE_ENV, get_language
 
 log = logging.getLogger(__name__)
 
@@ -52,7 +53,7 @@ SERVER_CPU_SLACK_S = 0.05
 # How long the server may take to read one request (it reads whole requests before running anything).
 SEND_TIMEOUT_S = 10.0
 WAIT_SAMPLE_S = 0.02  # how often the host samples the jail's wait for a CPU during a request
-LOAD_LIMITS = Limits(cpu_s=10.0, memory_mb=512)
+LOAD_LIMITS = RunLimits(cpu_s=10.0, memory_mb=512)
 Mode = Literal["stdio", "call"]
 
 
@@ -78,7 +79,7 @@ class ScriptResult(BaseModel):
     @property
     def passed(self) -> bool:
         """The script ended ok and every call into the candidate returned plain data."""
-        return self.result.verdict is Verdict.ok and self.failed_call is None
+        return self.result.verdict is RunVerdict.ok and self.failed_call is None
 
 
 CallHandler = Callable[[str, list[Any], dict[str, Any]], CallResult]
@@ -113,7 +114,7 @@ class _Jail:
     """A slot of the backend with the warm server running in it, and our ends of its pipes."""
 
     def __init__(
-        self, backend: Backend, files: list[File], argv: list[str], env: dict[str, str], limits: Limits
+        self, backend: Backend, files: list[File], argv: list[str], env: dict[str, str], limits: RunLimits
     ):
         runner = getattr(backend, "runner", None)
         if runner is None or not hasattr(runner, "slots"):
@@ -160,7 +161,7 @@ class _Jail:
             self.close()
             raise
 
-    def set_limits(self, limits: Limits) -> None:
+    def set_limits(self, limits: RunLimits) -> None:
         """The jail's memory and process limits for the next test (cgroup; RLIMIT_DATA without one)."""
         wanted = (limits.memory_mb, limits.processes)
         if wanted == self.limited:
@@ -298,7 +299,7 @@ def _write_files(box: Path, files: list[File], owner: tuple[int, int]) -> None:
 
 
 def _failure(
-    name: str, verdict: Verdict, detail: str, wall_s: float = 0.0, stderr: str = ""
+    name: str, verdict: RunVerdict, detail: str, wall_s: float = 0.0, stderr: str = ""
 ) -> CommandResult:
     return CommandResult(name=name, verdict=verdict, detail=detail, wall_s=round(wall_s, 6), stderr=stderr)
 
@@ -317,8 +318,8 @@ class WarmPython:
         source: str,
         *,
         mode: Mode = "stdio",
-        limits: Limits | None = None,
-        load_limits: Limits | None = None,
+        limits: RunLimits | None = None,
+        load_limits: RunLimits | None = None,
         backend: Backend | str | None = None,
         files: Sequence[File] = (),
         max_restarts: int | None = None,
@@ -327,7 +328,7 @@ class WarmPython:
             raise ValueError(f"mode must be 'stdio' or 'call', not {mode!r}")
         self.source = source
         self.mode = mode
-        self.limits = limits or Limits()
+        self.limits = limits or RunLimits()
         self.load_limits = load_limits or LOAD_LIMITS.model_copy(update={"memory_mb": self.limits.memory_mb})
         self.backend = resolve_backend(backend)
         self.extra_files = list(files)
@@ -451,7 +452,7 @@ class WarmPython:
         assert self._jail is not None
         return self._jail
 
-    def run(self, stdin: str = "", limits: Limits | None = None) -> CommandResult:
+    def run(self, stdin: str = "", limits: RunLimits | None = None) -> CommandResult:
         """Run the program as `__main__` on `stdin` (stdio mode); the result of a fresh `python3 main.py`."""
         if self.mode != "stdio":
             raise ValueError("run() needs mode='stdio'; use call() in call mode")
@@ -463,7 +464,7 @@ class WarmPython:
         argv: Sequence[str],
         env: dict[str, str],
         stdin: str = "",
-        limits: Limits | None = None,
+        limits: RunLimits | None = None,
         name: str = "run",
     ) -> CommandResult:
         """Run a compiled program (`argv`, relative to the job's directory, with exactly `env`) on `stdin` in a
@@ -482,7 +483,7 @@ class WarmPython:
         *,
         method_of: str | None = None,
         stdin: str = "",
-        limits: Limits | None = None,
+        limits: RunLimits | None = None,
     ) -> CallResult:
         """Call `name(*args, **kwargs)` (a method of a fresh `method_of()` instance if given) in a child of the
         loaded module; the value comes back as plain data or not at all (call mode)."""
@@ -499,9 +500,9 @@ class WarmPython:
         reply, result = self._request(request, limits or self.limits, name)
         outcome = CallResult(result=result)
         if reply is None or not reply.get("returned"):
-            if result.verdict is Verdict.ok:
+            if result.verdict is RunVerdict.ok:
                 code = result.exit_code
-                result.verdict = Verdict.runtime_error
+                result.verdict = RunVerdict.runtime_error
                 result.detail = f"the call ended without returning (exit status {code})"
             return outcome
         try:
@@ -530,7 +531,7 @@ class WarmPython:
         *,
         setup: str | None = None,
         stdin: str = "",
-        limits: Limits | None = None,
+        limits: RunLimits | None = None,
     ) -> ScriptResult:
         """Run a test script (an assert script from the task, untrusted too) as `__main__` in a child, with
         each of `names` a proxy: calling it sends the plain-data arguments out, `on_call(name, args, kwargs)`
@@ -559,7 +560,7 @@ class WarmPython:
     def _request(
         self,
         request: dict[str, Any],
-        limits: Limits,
+        limits: RunLimits,
         name: str,
         on_call: CallHandler | None = None,
         calls: list[tuple[str, CallResult]] | None = None,
@@ -567,7 +568,9 @@ class WarmPython:
         with self._lock:
             ready = self._ensure()
             if isinstance(ready, CompileOutcome):
-                verdict = Verdict.sandbox_error if ready.status == "sandbox_error" else Verdict.runtime_error
+                verdict = (
+                    RunVerdict.sandbox_error if ready.status == "sandbox_error" else RunVerdict.runtime_error
+                )
                 return None, _failure(
                     name, verdict, f"the program is not loaded: {ready.status}", stderr=ready.message
                 )
@@ -578,7 +581,7 @@ class WarmPython:
         self,
         jail: _Jail,
         request: dict[str, Any],
-        limits: Limits,
+        limits: RunLimits,
         name: str,
         on_call: CallHandler | None = None,
         calls: list[tuple[str, CallResult]] | None = None,
@@ -600,9 +603,9 @@ class WarmPython:
                 self._jail = None
                 jail.close()
                 return None, _failure(
-                    name, Verdict.runtime_error, f"the warm server is gone after a test: {exc}"
+                    name, RunVerdict.runtime_error, f"the warm server is gone after a test: {exc}"
                 )
-            return None, _failure(name, Verdict.sandbox_error, f"cannot set the sandbox's limits: {exc}")
+            return None, _failure(name, RunVerdict.sandbox_error, f"cannot set the sandbox's limits: {exc}")
         oom_before = jail.oom_kills()
         cpu_before = jail.cpu_s()
         started = time.monotonic()
@@ -638,7 +641,7 @@ class WarmPython:
         self._after_test(jail, reply, result)
         return reply, result
 
-    def _clamp(self, limits: Limits) -> Limits:
+    def _clamp(self, limits: RunLimits) -> RunLimits:
         """`limits` clamped to the backend's operator maxima (PROCTOR_SANDBOX_MAX_*), as every job's are."""
         maxima = getattr(self.backend, "maxima", None)
         return maxima.clamp(limits) if maxima is not None else limits
@@ -648,8 +651,8 @@ class WarmPython:
         ignored the error) is `output_limit`, as for a job's command; a full or broken jail is replaced."""
         budget, home = jail.slot.storage, jail.slot.home
         what = storage.full(home) if budget is not None and home is not None else ""
-        if budget is not None and what and result.verdict in (Verdict.ok, Verdict.runtime_error):
-            result.verdict, result.detail = Verdict.output_limit, budget.describe(what)
+        if budget is not None and what and result.verdict in (RunVerdict.ok, RunVerdict.runtime_error):
+            result.verdict, result.detail = RunVerdict.output_limit, budget.describe(what)
         if what or reply.get("server_failed"):
             self._jail = None
             jail.close()
@@ -658,7 +661,7 @@ class WarmPython:
         self,
         jail: _Jail,
         exc: _Protocol,
-        limits: Limits,
+        limits: RunLimits,
         name: str,
         started: float,
         oom_before: int,
@@ -673,11 +676,11 @@ class WarmPython:
         why = str(exc)
         if oom:
             return _failure(
-                name, Verdict.memory_limit, f"memory limit {limits.memory_mb} MB (OOM kill)", wall
+                name, RunVerdict.memory_limit, f"memory limit {limits.memory_mb} MB (OOM kill)", wall
             )
         if why == "cpu":
             return _failure(
-                name, Verdict.time_limit, f"CPU time passed {limits.cpu_s:g} s (jail cgroup)", wall
+                name, RunVerdict.time_limit, f"CPU time passed {limits.cpu_s:g} s (jail cgroup)", wall
             )
         # Once a test request reached the server, candidate code may have run in its jail: a test can starve or
         # limit the server (setpriority, prlimit: refused by the seccomp policy, allowed by the kernel), so its
@@ -685,15 +688,15 @@ class WarmPython:
         machinery = self._trusted and not jail.requests
         if why == "deadline":
             # Only a wedged server gets here: the server itself stops a test at its backstop.
-            verdict = Verdict.sandbox_error if machinery and not script else Verdict.time_limit
+            verdict = RunVerdict.sandbox_error if machinery and not script else RunVerdict.time_limit
             return _failure(name, verdict, f"the warm server did not answer within {wall:.1f} s", wall, side)
-        verdict = Verdict.sandbox_error if machinery else Verdict.runtime_error
+        verdict = RunVerdict.sandbox_error if machinery else RunVerdict.runtime_error
         return _failure(name, verdict, f"the warm server failed: {why}", wall, side)
 
     def _judge(
         self,
         reply: dict[str, Any],
-        limits: Limits,
+        limits: RunLimits,
         name: str,
         wall: float,
         cpu_used: float | None,
@@ -704,7 +707,7 @@ class WarmPython:
         an earlier test ran in this jail, so even a trusted server's failure may be the program's doing."""
         machinery = self._trusted and not ran_before
         try:
-            verdict = Verdict(reply.get("verdict"))
+            verdict = RunVerdict(reply.get("verdict"))
             result = CommandResult(
                 name=name,
                 verdict=verdict,
@@ -720,25 +723,25 @@ class WarmPython:
                 detail=str(reply.get("detail", ""))[:2000],
             )
         except (ValueError, TypeError) as exc:
-            verdict = Verdict.sandbox_error if machinery else Verdict.runtime_error
+            verdict = RunVerdict.sandbox_error if machinery else RunVerdict.runtime_error
             return _failure(name, verdict, f"a malformed reply from the warm server: {exc}", wall)
-        if result.verdict is Verdict.sandbox_error and not machinery:
+        if result.verdict is RunVerdict.sandbox_error and not machinery:
             # A server that loaded the candidate speaks for the candidate: its "sandbox_error" is the program's
             # doing (say, it replaced the server's run_test), never a machinery failure that voids the score.
-            result.verdict = Verdict.runtime_error
+            result.verdict = RunVerdict.runtime_error
             result.detail = f"the server that loaded the program reported a failure: {result.detail}"[:2000]
         if cpu_used is not None:
             # The server's own measure may not be trusted (call mode): the cgroup's is.
             result.cpu_s = round(max(result.cpu_s, cpu_used - SERVER_CPU_SLACK_S), 6)
-        if result.verdict in (Verdict.ok, Verdict.runtime_error):
+        if result.verdict in (RunVerdict.ok, RunVerdict.runtime_error):
             if oom:
                 result.verdict, result.detail = (
-                    Verdict.memory_limit,
+                    RunVerdict.memory_limit,
                     f"memory limit {limits.memory_mb} MB (OOM kill)",
                 )
             elif result.cpu_s > limits.cpu_s:
-                result.verdict, result.detail = Verdict.time_limit, f"CPU time passed {limits.cpu_s:g} s"
-        elif result.verdict is Verdict.memory_limit and not oom and cpu_used is not None:
+                result.verdict, result.detail = RunVerdict.time_limit, f"CPU time passed {limits.cpu_s:g} s"
+        elif result.verdict is RunVerdict.memory_limit and not oom and cpu_used is not None:
             # The server guessed memory from an unexplained SIGKILL; with a cgroup that says no OOM, it was not.
-            result.verdict, result.detail = Verdict.runtime_error, "killed by SIGKILL"
+            result.verdict, result.detail = RunVerdict.runtime_error, "killed by SIGKILL"
         return result

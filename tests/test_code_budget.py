@@ -169,4 +169,4 @@ def test_waiting_for_a_cpu_does_not_spend_the_budget():
     add_cpu_wait_s(0.3)  # ... while its own threads kept every core busy
     budget.charge(began, cpu_s=0.3 * verifier.CORES)
     assert budget.spent()
-    assert budget.limits(verifier.Limits(cpu_s=1.0)).wall_backstop_s == verifier.MIN_WALL_S
+    assert budget.limits(verifier.RunLimits(cpu_s=1.0)).wall_backstop_s == verifier.MIN_WALL_S

@@ -8,13 +8,12 @@ from __future__ import annotations
 import pytest
 
 from proctor.contract import Status, Verdict
-from proctor.sandboxes.job import Limits
-from proctor.sandboxes.job import Verdict as RunVerdict
+from proctor.sandboxes.job import RunLimits, RunVerdict
 from proctor.verifiers.code import signature, verifier
 from proctor.verifiers.code.calls import HarnessProgram
 
 SPEC = verifier.SPEC
-LIMITS = Limits(cpu_s=2.0, memory_mb=512)
+LIMITS = RunLimits(cpu_s=2.0, memory_mb=512)
 
 
 def score(response: str, reference: dict, options: dict | None = None) -> Verdict:

@@ -20,8 +20,9 @@ from typing import Any
 
 import pytest
 
-from proctor.sandboxes.job import CommandResult, File, Limits, Verdict
-from proctor.sandboxes.languages import LANGUAGES, Submission
+from proctor.sandboxes.job import CommandResult, File, RunLimits, RunVerdict
+from proctor.sandboxes.languages import LANGUAGES
+from proctor.sandboxes.program import Submission
 
 DATASET = Path(__file__).resolve().parents[1] / "datasets" / "code" / "problems.jsonl"
 ROW_KEYS = {"id", "language", "prompt", "reference", "correct", "wrong"}
@@ -118,10 +119,10 @@ def code_of(response: str) -> tuple[str, str]:
     return blocks[-1]
 
 
-def limits_of(reference: dict[str, Any]) -> Limits:
+def limits_of(reference: dict[str, Any]) -> RunLimits:
     """The reference's limits, or the issue's defaults (2 s CPU, 1 GiB)."""
     given = reference.get("limits") or {}
-    return Limits(
+    return RunLimits(
         cpu_s=given.get("cpu_s", DEFAULT_CPU_S), memory_mb=given.get("memory_mb", DEFAULT_MEMORY_MB)
     )
 
@@ -151,13 +152,13 @@ def same_output(got: str, expected: str, compare: str) -> bool:
     return True
 
 
-def run_python(main: str, solution: str, stdin: str, limits: Limits) -> CommandResult:
+def run_python(main: str, solution: str, stdin: str, limits: RunLimits) -> CommandResult:
     """Run a harness `main` next to `solution.py` in a Python sandbox."""
     files = [File(path="solution.py", content=solution)]
     with Submission("python", main, limits=limits, files=files) as submission:
         outcome = submission.compile()
         if not outcome.ok:
-            return CommandResult(name="load", verdict=Verdict.runtime_error, detail=outcome.message)
+            return CommandResult(name="load", verdict=RunVerdict.runtime_error, detail=outcome.message)
         return submission.run(stdin)
 
 
@@ -173,7 +174,7 @@ def stdio_passes(row: dict[str, Any], response: str) -> tuple[bool, str]:
             return False, f"{outcome.status}: {outcome.message[:300]}"
         results = submission.run_many([case["stdin"] for case in tests["cases"]])
     for index, (case, result) in enumerate(zip(tests["cases"], results, strict=True)):
-        if result.verdict is not Verdict.ok:
+        if result.verdict is not RunVerdict.ok:
             return False, f"case {index}: {result.verdict.value} {result.detail} {result.stderr[-300:]}"
         if not same_output(result.stdout, case["stdout"], compare):
             return False, f"case {index}: got {result.stdout[:200]!r}, want {case['stdout'][:200]!r}"
@@ -200,7 +201,7 @@ def run_call(row: dict[str, Any], code: str, spec: dict[str, Any]) -> CommandRes
     with Submission(language, program, limits=limits, files=files) as submission:
         outcome = submission.compile()
         if not outcome.ok:
-            return CommandResult(name="load", verdict=Verdict.runtime_error, detail=outcome.message)
+            return CommandResult(name="load", verdict=RunVerdict.runtime_error, detail=outcome.message)
         return submission.run(json.dumps(spec["args"] if language == "go" else spec))
 
 
@@ -215,7 +216,7 @@ def call_passes(row: dict[str, Any], response: str) -> tuple[bool, str]:
         "args": [case["args"] for case in tests["cases"]],
     }
     result = run_call(row, code, spec)
-    if result.verdict is not Verdict.ok:
+    if result.verdict is not RunVerdict.ok:
         return False, f"{result.verdict.value} {result.detail} {result.stderr[-300:]}"
     lines = result.stdout.splitlines()
     if len(lines) != len(tests["cases"]):
@@ -248,7 +249,7 @@ def assert_script_passes(row: dict[str, Any], response: str) -> tuple[bool, str]
         + f"print({PASSED_LINE!r})\n"
     )
     result = run_python(main, code, "", limits_of(reference))
-    if result.verdict is not Verdict.ok or result.stdout.strip() != PASSED_LINE:
+    if result.verdict is not RunVerdict.ok or result.stdout.strip() != PASSED_LINE:
         return False, f"{result.verdict.value} {result.detail} {result.stderr[-300:]}"
     return True, ""
 

@@ -214,9 +214,9 @@ def test_output_that_breaks_the_checker_is_a_wrong_answer():
 def test_output_that_makes_the_checker_spin_is_a_time_limit(monkeypatch: pytest.MonkeyPatch):
     # Each such test costs the checker's whole CPU limit: counted as time limits, a run of them under
     # `fraction` ends after MAX_TIME_LIMITS instead of running into the deadline (a timeout, not a 0).
-    from proctor.sandboxes.job import Limits
+    from proctor.sandboxes.job import RunLimits
 
-    monkeypatch.setattr(verifier, "CHECKER_LIMITS", Limits(cpu_s=0.3, memory_mb=256))
+    monkeypatch.setattr(verifier, "CHECKER_LIMITS", RunLimits(cpu_s=0.3, memory_mb=256))
     checker = (
         "def check(input, output, expected):\n    while output != expected:\n        pass\n    return True\n"
     )

@@ -187,12 +187,12 @@ from proctor.registry import VerifierSpec, register_verifier
 def _leaky(response, reference, options):
     """Starts a real nsjail job that sleeps, then records this worker's pid: the pool kills it mid-job."""
     from proctor.sandboxes.backends.nsjail import NsjailBackend
-    from proctor.sandboxes.job import Command, Job, Limits
+    from proctor.sandboxes.job import Command, Job, RunLimits
 
     backend = NsjailBackend(warm=1)
     with open(reference, "w") as handle:
         handle.write(str(os.getpid()))
-    backend.run(Job(commands=[Command(argv=["/bin/sleep", response], limits=Limits(cpu_s=1, wall_s=600))]))
+    backend.run(Job(commands=[Command(argv=["/bin/sleep", response], limits=RunLimits(cpu_s=1, wall_s=600))]))
     return Verdict.right()
 
 

@@ -22,7 +22,7 @@ import httpx
 import pytest
 
 from proctor.api.run_code import to_response
-from proctor.sandboxes.job import CommandResult, Result, Verdict
+from proctor.sandboxes.job import CommandResult, Result, RunVerdict
 from tests.conftest import ServerProcess, free_port, server_env
 
 RESPONSE_FIELDS = {"status", "message", "compile_result", "run_result", "executor_pod_name", "files"}
@@ -454,14 +454,14 @@ def test_service_answers_while_sandboxes_run_abusive_programs(
 
 
 def test_a_sandbox_error_in_any_command_is_sandbox_error() -> None:
-    compiled = CommandResult(name="compile", verdict=Verdict.ok, exit_code=0)
-    broken = CommandResult(name="run", verdict=Verdict.sandbox_error, detail="nsjail could not mount /usr")
+    compiled = CommandResult(name="compile", verdict=RunVerdict.ok, exit_code=0)
+    broken = CommandResult(name="run", verdict=RunVerdict.sandbox_error, detail="nsjail could not mount /usr")
     answer = to_response(Result(backend="nsjail", commands=[compiled, broken])).model_dump(mode="json")
     check_shape(answer)
     assert answer["status"] == "SandboxError" and "could not mount" in answer["message"]
     assert answer["run_result"]["status"] == "Error" and answer["run_result"]["return_code"] is None
     assert verl_outcome(answer, "") == -1
-    failed_compile = CommandResult(name="compile", verdict=Verdict.sandbox_error, detail="no cgroup")
+    failed_compile = CommandResult(name="compile", verdict=RunVerdict.sandbox_error, detail="no cgroup")
     answer = to_response(Result(backend="nsjail", commands=[failed_compile])).model_dump(mode="json")
     assert answer["status"] == "SandboxError" and answer["compile_result"]["status"] == "Error"
     assert verl_outcome(answer, "") == -1
@@ -470,7 +470,7 @@ def test_a_sandbox_error_in_any_command_is_sandbox_error() -> None:
 def test_a_limit_never_reads_as_return_code_zero() -> None:
     # A tree stopped at its memory limit whose first process still exited 0 is not a clean exit.
     stopped = CommandResult(
-        name="run", verdict=Verdict.memory_limit, exit_code=0, detail="memory limit 64 MB"
+        name="run", verdict=RunVerdict.memory_limit, exit_code=0, detail="memory limit 64 MB"
     )
     answer = to_response(Result(backend="nsjail", commands=[stopped])).model_dump(mode="json")
     assert answer["status"] == "Failed" and answer["run_result"]["return_code"] == -9
@@ -478,7 +478,7 @@ def test_a_limit_never_reads_as_return_code_zero() -> None:
 
 
 def test_no_run_result_without_a_failure_is_a_sandbox_error() -> None:
-    compiled = CommandResult(name="compile", verdict=Verdict.ok, exit_code=0)
+    compiled = CommandResult(name="compile", verdict=RunVerdict.ok, exit_code=0)
     answer = to_response(Result(backend="nsjail", commands=[compiled])).model_dump(mode="json")
     assert answer["status"] == "SandboxError" and answer["run_result"] is None
 

@@ -24,7 +24,7 @@ import docker
 import pytest
 
 from proctor.sandboxes.backends.docker import CGROUP_PARENT, CGROUP_ROOT, DockerBackend
-from proctor.sandboxes.job import Command, File, Job, Limits, Result, Verdict
+from proctor.sandboxes.job import Command, File, Job, Result, RunLimits, RunVerdict
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 IMAGE = "proctor-sandbox:test"
@@ -169,7 +169,7 @@ def backend(daemon_url: str) -> Iterator[DockerBackend]:
 
 def python(code: str, stdin: str = "", **limits: float) -> Command:
     """A command running Python code with the given limits."""
-    return Command(argv=["python3", "-c", code], stdin=stdin, limits=Limits(**limits))
+    return Command(argv=["python3", "-c", code], stdin=stdin, limits=RunLimits(**limits))
 
 
 def run_one(backend: DockerBackend, command: Command) -> Result:
@@ -197,7 +197,7 @@ def test_python_runs_ok_locked_down(backend: DockerBackend) -> None:
     )
     result = backend.run(Job(commands=[python(code)], env={"ANSWER": "42"}))
     run = result.commands[0]
-    assert run.verdict is Verdict.ok, run
+    assert run.verdict is RunVerdict.ok, run
     assert run.stdout.splitlines() == [
         "hello 65534 65534 /sandbox/work",
         "root fs 30",  # EROFS
@@ -214,13 +214,13 @@ def test_stdin_reaches_the_program(backend: DockerBackend) -> None:
     run = run_one(
         backend, python("import sys; print(sum(map(int, sys.stdin.read().split())))", data)
     ).commands[0]
-    assert run.verdict is Verdict.ok, run
+    assert run.verdict is RunVerdict.ok, run
     assert run.stdout == f"{sum(range(100_000))}\n"
 
 
 def test_runtime_error(backend: DockerBackend) -> None:
     run = run_one(backend, python("print('before'); 1 / 0")).commands[0]
-    assert run.verdict is Verdict.runtime_error
+    assert run.verdict is RunVerdict.runtime_error
     assert run.exit_code == 1
     assert run.stdout == "before\n"
     assert "ZeroDivisionError" in run.stderr
@@ -228,7 +228,7 @@ def test_runtime_error(backend: DockerBackend) -> None:
 
 def test_missing_program_is_a_runtime_error(backend: DockerBackend) -> None:
     run = run_one(backend, Command(argv=["no-such-program"])).commands[0]
-    assert run.verdict is Verdict.runtime_error
+    assert run.verdict is RunVerdict.runtime_error
     assert run.exit_code == 127
     assert "no-such-program" in run.detail
 
@@ -236,7 +236,7 @@ def test_missing_program_is_a_runtime_error(backend: DockerBackend) -> None:
 def test_cpu_spin_of_the_whole_tree_is_stopped_at_its_limit(backend: DockerBackend) -> None:
     spin = "import os\nfor _ in range(3):\n    if os.fork() == 0:\n        break\nwhile True:\n    pass\n"
     run = run_one(backend, python(spin, cpu_s=1.0)).commands[0]
-    assert run.verdict is Verdict.time_limit, run
+    assert run.verdict is RunVerdict.time_limit, run
     assert "CPU time" in run.detail
     # Four spinners share one limit: stopped near 1 s of CPU in total, not at 4 s.
     assert 1.0 <= run.cpu_s < 2.0, run.cpu_s
@@ -246,13 +246,13 @@ def test_cpu_spin_of_the_whole_tree_is_stopped_at_its_limit(backend: DockerBacke
 def test_memory_bomb_is_a_memory_limit(backend: DockerBackend) -> None:
     bomb = "chunks = []\nwhile True:\n    chunks.append(bytearray(8 * 1024 * 1024))\n"
     run = run_one(backend, python(bomb, memory_mb=64, cpu_s=5.0)).commands[0]
-    assert run.verdict is Verdict.memory_limit, run
+    assert run.verdict is RunVerdict.memory_limit, run
     assert run.peak_memory_mb is not None and run.peak_memory_mb >= 60
 
 
 def test_sleeping_forever_hits_the_wall_backstop(backend: DockerBackend) -> None:
     run = run_one(backend, python("import time; time.sleep(3600)", cpu_s=0.5)).commands[0]
-    assert run.verdict is Verdict.time_limit, run
+    assert run.verdict is RunVerdict.time_limit, run
     assert "wall-clock" in run.detail
     assert run.cpu_s < 0.5
     assert run.wall_s < 10  # the backstop is 2 s; this only catches a hang
@@ -260,7 +260,7 @@ def test_sleeping_forever_hits_the_wall_backstop(backend: DockerBackend) -> None
 
 def test_150_kb_of_output_finishes(backend: DockerBackend) -> None:
     run = run_one(backend, python("import sys; sys.stdout.write('x' * 150_000)")).commands[0]
-    assert run.verdict is Verdict.ok, run
+    assert run.verdict is RunVerdict.ok, run
     assert run.stdout == "x" * 150_000
     assert not run.stdout_truncated
 
@@ -268,7 +268,7 @@ def test_150_kb_of_output_finishes(backend: DockerBackend) -> None:
 def test_10_mb_of_output_past_a_1_mb_cap_is_an_output_limit(backend: DockerBackend) -> None:
     flood = "import sys\nfor _ in range(10):\n    sys.stdout.write('y' * 1024 * 1024)\n"
     run = run_one(backend, python(flood, output_bytes=1024 * 1024)).commands[0]
-    assert run.verdict is Verdict.output_limit, run
+    assert run.verdict is RunVerdict.output_limit, run
     assert run.stdout == "y" * 1024 * 1024
     assert run.stdout_truncated
 
@@ -276,9 +276,9 @@ def test_10_mb_of_output_past_a_1_mb_cap_is_an_output_limit(backend: DockerBacke
 def test_stderr_flood_is_dropped_and_the_answer_passes(backend: DockerBackend) -> None:
     code = "import sys\nsys.stderr.write('e' * 5_000_000)\nsys.stderr.flush()\nprint(42)\n"
     run = run_one(backend, python(code)).commands[0]
-    assert run.verdict is Verdict.ok, run
+    assert run.verdict is RunVerdict.ok, run
     assert run.stdout == "42\n"
-    assert run.stderr_truncated and len(run.stderr) == Limits().stderr_bytes
+    assert run.stderr_truncated and len(run.stderr) == RunLimits().stderr_bytes
 
 
 def test_network_is_unreachable(backend: DockerBackend) -> None:
@@ -293,7 +293,7 @@ def test_network_is_unreachable(backend: DockerBackend) -> None:
         "print(sorted(line.split(':')[0].strip() for line in open('/proc/net/dev').readlines()[2:]))\n"
     )
     run = run_one(backend, python(code)).commands[0]
-    assert run.verdict is Verdict.ok, run
+    assert run.verdict is RunVerdict.ok, run
     assert run.stdout.splitlines() == ["1.1.1.1 failed 101", "10.0.0.1 failed 101", "['lo']"]  # ENETUNREACH
 
 
@@ -311,7 +311,7 @@ def test_process_limit_stops_a_fork_bomb(backend: DockerBackend) -> None:
         "    print('refused after', count)\n"
     )
     run = run_one(backend, python(code, processes=16)).commands[0]
-    assert run.verdict is Verdict.ok, run
+    assert run.verdict is RunVerdict.ok, run
     assert run.stdout.startswith("refused after ")
     assert int(run.stdout.split()[-1]) < 16
 
@@ -343,7 +343,7 @@ def test_files_go_in_and_fetched_files_come_out(backend: DockerBackend) -> None:
         fetch=["out/sum.txt", "copy.bin", "missing.txt", "out"],
     )
     result = backend.run(job)
-    assert [c.verdict for c in result.commands] == [Verdict.ok, Verdict.ok], result
+    assert [c.verdict for c in result.commands] == [RunVerdict.ok, RunVerdict.ok], result
     assert result.commands[1].stdout == "tool ran\n"
     assert base64.b64decode(result.files["out/sum.txt"]) == b"7"
     assert base64.b64decode(result.files["copy.bin"]) == blob
@@ -353,17 +353,17 @@ def test_files_go_in_and_fetched_files_come_out(backend: DockerBackend) -> None:
 def test_a_failed_command_stops_the_job_unless_keep_going(backend: DockerBackend) -> None:
     commands = [python("raise SystemExit(3)"), python("print('second')")]
     stopped = backend.run(Job(commands=commands))
-    assert [c.verdict for c in stopped.commands] == [Verdict.runtime_error]
+    assert [c.verdict for c in stopped.commands] == [RunVerdict.runtime_error]
     assert stopped.commands[0].exit_code == 3
     kept = backend.run(Job(commands=commands, keep_going=True))
-    assert [c.verdict for c in kept.commands] == [Verdict.runtime_error, Verdict.ok]
-    assert kept.verdict is Verdict.runtime_error
+    assert [c.verdict for c in kept.commands] == [RunVerdict.runtime_error, RunVerdict.ok]
+    assert kept.verdict is RunVerdict.runtime_error
 
 
 def test_a_missing_image_is_a_sandbox_error(backend: DockerBackend, daemon_url: str) -> None:
     missing = DockerBackend(image="proctor-sandbox:does-not-exist", base_url=daemon_url)
     run = run_one(missing, python("print(1)")).commands[0]
-    assert run.verdict is Verdict.sandbox_error
+    assert run.verdict is RunVerdict.sandbox_error
     assert "proctor-sandbox:does-not-exist" in run.detail and "sandbox-image.sh" in run.detail
     ok, reason = missing.available()
     assert not ok and "does-not-exist" in reason
@@ -372,7 +372,7 @@ def test_a_missing_image_is_a_sandbox_error(backend: DockerBackend, daemon_url: 
 def test_an_unreachable_daemon_is_a_sandbox_error(tmp_path: Path) -> None:
     nowhere = DockerBackend(image=IMAGE, base_url=f"unix://{tmp_path / 'no-daemon.sock'}")
     result = nowhere.run(Job(commands=[python("print(1)"), python("print(2)")]))
-    assert [c.verdict for c in result.commands] == [Verdict.sandbox_error]
+    assert [c.verdict for c in result.commands] == [RunVerdict.sandbox_error]
     assert "unreachable" in result.commands[0].detail
     ok, reason = nowhere.available()
     assert not ok and "unreachable" in reason
@@ -383,11 +383,11 @@ def test_without_local_cgroups_the_stats_api_enforces_the_limits(daemon_url: str
     remote = DockerBackend(image=IMAGE, base_url=daemon_url, cgroup_root=tmp_path)
     spin = "import os\nif os.fork():\n    pass\nwhile True:\n    pass\n"
     run = run_one(remote, python(spin, cpu_s=1.0)).commands[0]
-    assert run.verdict is Verdict.time_limit, run
+    assert run.verdict is RunVerdict.time_limit, run
     assert "CPU time" in run.detail and 1.0 <= run.cpu_s < 2.5, run
     bomb = "chunks = []\nwhile True:\n    chunks.append(bytearray(8 * 1024 * 1024))\n"
     run = run_one(remote, python(bomb, memory_mb=64, cpu_s=5.0)).commands[0]
-    assert run.verdict is Verdict.memory_limit, run
+    assert run.verdict is RunVerdict.memory_limit, run
     client = docker.DockerClient(base_url=daemon_url, version="auto")
     try:
         assert client.containers.list(all=True) == [] and client.volumes.list() == []
@@ -403,7 +403,7 @@ def test_concurrent_jobs_do_not_mix(backend: DockerBackend) -> None:
     with ThreadPoolExecutor(max_workers=3) as pool:
         results = list(pool.map(backend.run, jobs))
     assert [r.commands[0].stdout for r in results] == [f"{7 * n}\n" for n in range(6)]
-    assert all(r.verdict is Verdict.ok for r in results)
+    assert all(r.verdict is RunVerdict.ok for r in results)
 
 
 def test_job_files_are_bounded_in_count_and_bytes(daemon_url: str) -> None:
@@ -416,11 +416,13 @@ def test_job_files_are_bounded_in_count_and_bytes(daemon_url: str) -> None:
     many = "import os\nfor i in range(100_000):\n    open(os.path.join(FOLDER, f'f{i}'), 'w').close()\n"
     for folder in (".", "/tmp"):
         result = run_one(backend, python(many.replace("FOLDER", repr(folder))))
-        assert result.commands[0].verdict is Verdict.output_limit, result
+        assert result.commands[0].verdict is RunVerdict.output_limit, result
         assert "300 files" in result.commands[0].detail
     big = "try:\n    open('big', 'wb').write(b'x' * (64 << 20))\nexcept OSError:\n    print('swallowed')\n"
     result = run_one(backend, python(big))
-    assert result.commands[0].verdict is Verdict.output_limit and "4 MB" in result.commands[0].detail, result
+    assert result.commands[0].verdict is RunVerdict.output_limit and "4 MB" in result.commands[0].detail, (
+        result
+    )
     # Within the bounds, a job's files still carry from one container to the next and come back.
     job = Job(
         files=[File(path="a/make.py", content="open('out.txt', 'w').write('x' * 10)")],
@@ -428,7 +430,7 @@ def test_job_files_are_bounded_in_count_and_bytes(daemon_url: str) -> None:
         fetch=["out.txt"],
     )
     result = backend.run(job)
-    assert [c.verdict for c in result.commands] == [Verdict.ok, Verdict.ok], result
+    assert [c.verdict for c in result.commands] == [RunVerdict.ok, RunVerdict.ok], result
     assert result.commands[1].stdout == "x" * 10 and base64.b64decode(result.files["out.txt"]) == b"x" * 10
     assert list(work_base().glob(f"proctor-docker-{os.getpid()}-*")) == []
     client = docker.DockerClient(base_url=daemon_url, version="auto")
@@ -443,5 +445,5 @@ def test_a_runtimes_out_of_memory_words_make_a_memory_limit(backend: DockerBacke
         "import sys\nprint('Traceback (most recent call last):\\nMemoryError', file=sys.stderr)\nsys.exit(1)"
     )
     command = python(code).model_copy(update={"oom_markers": ("\nMemoryError",)})
-    assert run_one(backend, command).commands[0].verdict is Verdict.memory_limit
-    assert run_one(backend, python(code)).commands[0].verdict is Verdict.runtime_error
+    assert run_one(backend, command).commands[0].verdict is RunVerdict.memory_limit
+    assert run_one(backend, python(code)).commands[0].verdict is RunVerdict.runtime_error

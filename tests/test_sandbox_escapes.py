@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from proctor.sandboxes.backends.nsjail import NsjailBackend
-from proctor.sandboxes.job import Command, CommandResult, File, Job, Limits, Verdict
+from proctor.sandboxes.job import Command, CommandResult, File, Job, RunLimits, RunVerdict
 from proctor.sandboxes.warm import WarmPython
 from tests.sandbox_helpers import processes_with as host_processes_with
 
@@ -44,7 +44,7 @@ def py(backend: NsjailBackend, code: str, **limits: object) -> CommandResult:
     """Run `python3 main.py` in the jail and return its result."""
     job = Job(
         files=[File(path="main.py", content=textwrap.dedent(code))],
-        commands=[Command(argv=["/usr/bin/python3", "main.py"], limits=Limits(**limits))],
+        commands=[Command(argv=["/usr/bin/python3", "main.py"], limits=RunLimits(**limits))],
     )
     return backend.run(job).commands[0]
 
@@ -52,7 +52,7 @@ def py(backend: NsjailBackend, code: str, **limits: object) -> CommandResult:
 def probe(backend: NsjailBackend, code: str) -> dict:
     """Run a probe that prints one JSON object, and return it."""
     result = py(backend, code)
-    assert result.verdict is Verdict.ok, (result.detail, result.stderr)
+    assert result.verdict is RunVerdict.ok, (result.detail, result.stderr)
     return json.loads(result.stdout)
 
 
@@ -135,7 +135,7 @@ def test_nothing_persists_between_jobs(jail: NsjailBackend) -> None:
         print("done")
         """,
     )
-    assert first.verdict is Verdict.ok
+    assert first.verdict is RunVerdict.ok
     assert host_processes_with(marker) == []
     second = probe(
         jail,
@@ -210,7 +210,7 @@ def test_a_forged_nsjail_status_line_does_not_change_the_verdict(jail: NsjailBac
         os._exit(3)
         """,
     )
-    assert result.verdict is Verdict.runtime_error
+    assert result.verdict is RunVerdict.runtime_error
     assert result.exit_code == 3
 
 
@@ -235,7 +235,7 @@ def test_fetch_does_not_follow_links_out_of_the_box(jail: NsjailBackend) -> None
         fetch=["abs", "rel", "dir/hostname", "dir", "fifo", "real"],
     )
     result = jail.run(job)
-    assert result.verdict is Verdict.ok, result.commands[0].stderr
+    assert result.verdict is RunVerdict.ok, result.commands[0].stderr
     assert set(result.files) == {"real"}
 
 
@@ -255,7 +255,7 @@ def test_filling_the_box_and_tmp_is_charged_to_the_memory_limit(jail: NsjailBack
         memory_mb=64,
         file_size_mb=16,
     )
-    assert result.verdict is not Verdict.ok
+    assert result.verdict is not RunVerdict.ok
     assert "wrote" not in result.stdout
     after = os.statvfs("/dev/shm")
     assert (before - after.f_bavail) * after.f_frsize < 64 << 20
@@ -279,7 +279,7 @@ def test_a_fork_bomb_stays_within_the_pids_limit(jail: NsjailBackend) -> None:
         """,
         processes=8,
     )
-    assert result.verdict is Verdict.ok
+    assert result.verdict is RunVerdict.ok
     assert int(result.stdout) <= 8
     assert host_processes_with(marker) == []
 
@@ -299,7 +299,7 @@ def test_cpu_in_forked_children_counts_against_the_limit(jail: NsjailBackend) ->
         """,
         cpu_s=0.5,
     )
-    assert result.verdict is Verdict.time_limit
+    assert result.verdict is RunVerdict.time_limit
     assert 0.5 <= result.cpu_s < 3
 
 
@@ -338,12 +338,12 @@ def test_warm_child_cannot_reach_the_protocol_or_the_servers_memory(jail: Nsjail
         raise SystemExit(3)
         """
     )
-    with WarmPython(source, mode="stdio", limits=Limits(cpu_s=2), backend=jail) as warm:
+    with WarmPython(source, mode="stdio", limits=RunLimits(cpu_s=2), backend=jail) as warm:
         assert warm.start().ok
         first = warm.run("")
         second = warm.run("")
     for result in (first, second):
-        assert result.verdict is Verdict.runtime_error, (result.verdict, result.detail)
+        assert result.verdict is RunVerdict.runtime_error, (result.verdict, result.detail)
         # Only the child's own stdout pipe may be reopened: never the
         # server's stdout/stderr or the protocol pipes (fds 1-4), which the host created.
         reopened = json.loads(result.stdout[result.stdout.rindex("{") :])
@@ -368,16 +368,16 @@ def test_warm_leftovers_do_not_survive_into_the_next_test(jail: NsjailBackend) -
             print(sorted(p for p in os.listdir("/proc") if p.isdigit() and p != str(os.getpid())))
         """
     )
-    with WarmPython(source, mode="stdio", limits=Limits(cpu_s=2), backend=jail) as warm:
+    with WarmPython(source, mode="stdio", limits=RunLimits(cpu_s=2), backend=jail) as warm:
         assert warm.run("plant").stdout == "planted\n"
         assert warm.run("look").stdout == "['1']\n"
 
 
 def test_warm_child_cannot_turn_its_failure_into_a_sandbox_error(jail: NsjailBackend) -> None:
     source = "import os, signal, time\nos.kill(1, signal.SIGINT)\ntime.sleep(0.2)\nprint('wrong')\nraise SystemExit(3)\n"
-    with WarmPython(source, mode="stdio", limits=Limits(cpu_s=2), backend=jail) as warm:
+    with WarmPython(source, mode="stdio", limits=RunLimits(cpu_s=2), backend=jail) as warm:
         result = warm.run("")
-    assert result.verdict is Verdict.runtime_error, (result.verdict, result.detail)
+    assert result.verdict is RunVerdict.runtime_error, (result.verdict, result.detail)
 
 
 def test_concurrent_warm_sandboxes_do_not_see_each_other(jail: NsjailBackend) -> None:
@@ -395,7 +395,7 @@ def test_concurrent_warm_sandboxes_do_not_see_each_other(jail: NsjailBackend) ->
     results: dict[str, str] = {}
 
     def one(tag: str) -> None:
-        with WarmPython(source, mode="stdio", limits=Limits(cpu_s=2), backend=jail) as warm:
+        with WarmPython(source, mode="stdio", limits=RunLimits(cpu_s=2), backend=jail) as warm:
             results[tag] = warm.run(tag).stdout
 
     threads = [threading.Thread(target=one, args=(tag,)) for tag in ("a", "b")]

@@ -8,19 +8,18 @@ from __future__ import annotations
 
 import pytest
 
-from proctor.sandboxes.job import Backend, Job, Limits, Result, Verdict
+from proctor.sandboxes.job import Backend, Job, Result, RunLimits, RunVerdict
 from proctor.sandboxes.languages import (
     LANGUAGES,
-    NotCompiled,
-    Submission,
     get_language,
     go_memlimit_mb,
     java_classes,
     java_heap_mb,
     node_heap_mb,
 )
+from proctor.sandboxes.program import NotCompiled, Submission
 
-LIMITS = Limits(cpu_s=5.0, memory_mb=256)
+LIMITS = RunLimits(cpu_s=5.0, memory_mb=256)
 COMPILED = [name for name, language in LANGUAGES.items() if language.compiled]
 
 # Read two integers, print their sum.
@@ -106,7 +105,7 @@ def programs(backend: Backend):
 def test_stdin_to_stdout(programs, language: str) -> None:
     submission, _ = programs[language]
     first = submission.run("3 4\n")
-    assert first.verdict is Verdict.ok, first
+    assert first.verdict is RunVerdict.ok, first
     assert first.stdout == "7\n"
     second = submission.run("-5 1000000000000\n")
     assert second.stdout == "999999999995\n", second
@@ -118,7 +117,7 @@ def test_compiles_once_and_runs_many(programs, language: str) -> None:
     before = len(counter.jobs)
     results = submission.run_many([f"{i} {i * 10}" for i in range(6)], batch=4)
     assert [r.stdout for r in results] == [f"{i * 11}\n" for i in range(6)]
-    assert all(r.verdict is Verdict.ok for r in results)
+    assert all(r.verdict is RunVerdict.ok for r in results)
     assert submission.run("1 1").stdout == "2\n"
     # Two batches (4 + 2 tests in one job each) and a single run: the compiled files travel, no compiler runs.
     assert counter.jobs[before:] == [["test0", "test1", "test2", "test3"], ["test4", "test5"], ["run"]]
@@ -132,7 +131,7 @@ def test_compile_error_is_its_own_outcome(backend: Backend, language: str) -> No
         outcome = submission.compile()
         assert outcome.status == "compile_error", outcome
         assert BROKEN_SAYS[language] in outcome.message
-        assert outcome.result is not None and outcome.result.verdict is Verdict.runtime_error
+        assert outcome.result is not None and outcome.result.verdict is RunVerdict.runtime_error
         with pytest.raises(NotCompiled) as raised:
             submission.run("")
         assert raised.value.outcome.status == "compile_error"
@@ -143,7 +142,7 @@ def test_runtime_error(backend: Backend, language: str) -> None:
     with Submission(language, CRASH[language], limits=LIMITS, backend=backend) as submission:
         assert submission.compile().ok
         result = submission.run("")
-    assert result.verdict is Verdict.runtime_error, result
+    assert result.verdict is RunVerdict.runtime_error, result
     if language == "c":
         assert result.signal == 11
     else:
@@ -159,9 +158,9 @@ def test_python_cold_runs_a_fresh_interpreter(backend: Backend) -> None:
 def test_run_many_stops_on_the_first_failure(programs) -> None:
     submission, _ = programs["c"]
     results = submission.run_many(["1 2", "oops", "3 4"], stop_on_failure=True)
-    assert [r.verdict for r in results] == [Verdict.ok, Verdict.runtime_error]
+    assert [r.verdict for r in results] == [RunVerdict.ok, RunVerdict.runtime_error]
     results = submission.run_many(["1 2", "oops", "3 4"])
-    assert [r.verdict for r in results] == [Verdict.ok, Verdict.runtime_error, Verdict.ok]
+    assert [r.verdict for r in results] == [RunVerdict.ok, RunVerdict.runtime_error, RunVerdict.ok]
 
 
 HEAP = {
@@ -183,11 +182,11 @@ HOG = {
 def test_managed_runtimes_start_under_the_memory_limit(backend: Backend, language: str) -> None:
     # An address-space rlimit would stop these before main(); the cgroup plus runtime flags lets them start
     # with a heap sized from the limit, and a program that outgrows it is a memory_limit, not a crash.
-    limits = Limits(cpu_s=5.0, memory_mb=128)
+    limits = RunLimits(cpu_s=5.0, memory_mb=128)
     with Submission(language, HEAP[language], limits=limits, backend=backend) as submission:
         assert submission.compile().ok
         result = submission.run("")
-    assert result.verdict is Verdict.ok, result
+    assert result.verdict is RunVerdict.ok, result
     if language == "go":
         assert result.stdout.strip() == f"{go_memlimit_mb(128)}MiB"
     else:
@@ -197,7 +196,7 @@ def test_managed_runtimes_start_under_the_memory_limit(backend: Backend, languag
     with Submission(language, HOG[language], limits=limits, backend=backend) as submission:
         assert submission.compile().ok
         hog = submission.run("")
-    assert hog.verdict is Verdict.memory_limit, hog
+    assert hog.verdict is RunVerdict.memory_limit, hog
 
 
 def test_java_file_and_main_class() -> None:

@@ -20,7 +20,7 @@ from proctor.sandboxes.backends import local as local_module
 from proctor.sandboxes.backends.local import LocalBackend
 from proctor.sandboxes.backends.runner import sweep_private_dirs, work_base
 from proctor.sandboxes.cgroups import DEFAULT_ROOT, V1_CONTROLLERS, CgroupError, Cgroups, JobCgroup
-from proctor.sandboxes.job import Command, CommandResult, File, Job, Limits, Verdict
+from proctor.sandboxes.job import Command, CommandResult, File, Job, RunLimits, RunVerdict
 from tests.sandbox_helpers import processes_with, setsid_daemon_program
 
 # Verdicts must come within seconds of the limits on a quiet machine; under outside load CPU limits take
@@ -60,7 +60,7 @@ def python_job(code: str, stdin: str = "", **limits: object) -> Job:
     """One `python3 main.py` command with the given limits."""
     return Job(
         files=[File(path="main.py", content=textwrap.dedent(code))],
-        commands=[Command(argv=["python3", "main.py"], stdin=stdin, limits=Limits(**limits))],
+        commands=[Command(argv=["python3", "main.py"], stdin=stdin, limits=RunLimits(**limits))],
     )
 
 
@@ -99,7 +99,7 @@ def test_ok_program_with_stdin_and_only_its_environment(local: LocalBackend) -> 
     job = python_job(code, stdin="abc")
     job.env = {"EXTRA": "1"}
     command, _ = run(local, job)
-    assert command.verdict is Verdict.ok
+    assert command.verdict is RunVerdict.ok
     assert command.stdout == "ABC ['EXTRA', 'HOME', 'LANG', 'PATH', 'PWD', 'TMPDIR']\n"
     assert command.cpu_s > 0 and command.exit_code == 0
 
@@ -108,13 +108,13 @@ def test_compile_then_run_in_one_directory(local: LocalBackend) -> None:
     job = Job(
         files=[File(path="main.c", content='#include <stdio.h>\nint main(){puts("built");return 0;}\n')],
         commands=[
-            Command(name="compile", argv=["gcc", "-o", "prog", "main.c"], limits=Limits(cpu_s=10)),
+            Command(name="compile", argv=["gcc", "-o", "prog", "main.c"], limits=RunLimits(cpu_s=10)),
             Command(name="run", argv=["./prog"]),
         ],
         fetch=["prog"],
     )
     result = local.run(job)
-    assert [c.verdict for c in result.commands] == [Verdict.ok, Verdict.ok]
+    assert [c.verdict for c in result.commands] == [RunVerdict.ok, RunVerdict.ok]
     assert result.commands[1].stdout == "built\n"
     assert "prog" in result.files
 
@@ -123,28 +123,28 @@ def test_invalid_environment_name_is_a_sandbox_error(local: LocalBackend) -> Non
     job = python_job("print(1)")
     job.env = {"NOT A NAME": "x"}
     command, _ = run(local, job)
-    assert command.verdict is Verdict.sandbox_error
+    assert command.verdict is RunVerdict.sandbox_error
     assert "environment variable" in command.detail
 
 
 def test_missing_program_is_a_sandbox_error(local: LocalBackend) -> None:
     command, _ = run(local, Job(commands=[Command(argv=["no-such-tool"])]))
-    assert command.verdict is Verdict.sandbox_error
+    assert command.verdict is RunVerdict.sandbox_error
 
 
 def test_cpu_spin_and_sleep(local: LocalBackend, cgroups_here: None) -> None:
     spin, took = run(local, python_job("while True:\n    pass\n", cpu_s=0.5))
-    assert spin.verdict is Verdict.time_limit and 0.5 <= spin.cpu_s < 1.0
+    assert spin.verdict is RunVerdict.time_limit and 0.5 <= spin.cpu_s < 1.0
     assert took < HANG_S
     nap, took = run(local, python_job("import time\ntime.sleep(100)\n", cpu_s=0.25))
-    assert nap.verdict is Verdict.time_limit and "backstop" in nap.detail
+    assert nap.verdict is RunVerdict.time_limit and "backstop" in nap.detail
     assert took < HANG_S
 
 
 def test_spinners_stopped_at_tree_limit(local: LocalBackend, cgroups_here: None) -> None:
     code = "import os\nfor _ in range(64):\n    if os.fork() == 0:\n        while True:\n            pass\nos.wait()\n"
     command, took = run(local, python_job(code, cpu_s=0.5, processes=80))
-    assert command.verdict is Verdict.time_limit
+    assert command.verdict is RunVerdict.time_limit
     assert 0.5 <= command.cpu_s < 1.5
     assert took < HANG_S
 
@@ -153,7 +153,7 @@ def test_memory_bomb(local: LocalBackend, cgroups_here: None) -> None:
     command, took = run(
         local, python_job("x = []\nwhile True:\n    x.append(b'x' * (16 << 20))\n", memory_mb=96)
     )
-    assert command.verdict is Verdict.memory_limit
+    assert command.verdict is RunVerdict.memory_limit
     assert took < HANG_S
 
 
@@ -163,18 +163,18 @@ def test_output_limits(local: LocalBackend) -> None:
         local, python_job(flood + "print('finished', file=sys.stderr)\n", output_bytes=1 << 20)
     )
     assert "finished" not in command.stderr
-    assert command.verdict is Verdict.output_limit and len(command.stdout) == 1 << 20
+    assert command.verdict is RunVerdict.output_limit and len(command.stdout) == 1 << 20
     assert took < HANG_S
     command, _ = run(local, python_job("print('y' * 150_000, end='')\n"))
-    assert command.verdict is Verdict.ok and len(command.stdout) == 150_000
+    assert command.verdict is RunVerdict.ok and len(command.stdout) == 150_000
     command, _ = run(local, python_job("import sys\nsys.stderr.write('e' * (8 << 20))\nprint(7)\n"))
-    assert command.verdict is Verdict.ok and command.stdout == "7\n" and command.stderr_truncated
+    assert command.verdict is RunVerdict.ok and command.stdout == "7\n" and command.stderr_truncated
 
 
 def test_file_size_limit_kill_is_an_output_limit(local: LocalBackend) -> None:
     code = "import signal\nsignal.signal(signal.SIGXFSZ, signal.SIG_DFL)\nopen('big', 'wb').write(b'0' * (4 << 20))\n"
     command, _ = run(local, python_job(code, file_size_mb=1))
-    assert command.verdict is Verdict.output_limit
+    assert command.verdict is RunVerdict.output_limit
     assert command.signal == signal.SIGXFSZ
 
 
@@ -182,7 +182,7 @@ def test_daemon_dies_with_the_job(local: LocalBackend, cgroups_here: None) -> No
     marker = f"1000.{uuid.uuid4().int % 10**9}"
     code = setsid_daemon_program(marker)
     command, took = run(local, python_job(code))
-    assert command.verdict is Verdict.ok and command.stdout == "up\n"
+    assert command.verdict is RunVerdict.ok and command.stdout == "up\n"
     assert took < HANG_S
     assert processes_with(marker) == []
 
@@ -193,18 +193,18 @@ def test_fallback_to_rlimits_without_cgroups(tmp_path: Path, caplog: pytest.LogC
     assert "falling back to rlimits" in caplog.text
     assert "rlimits only" in backend.available()[1]
     spin, took = run(backend, python_job("while True:\n    pass\n", cpu_s=0.5))
-    assert spin.verdict is Verdict.time_limit and spin.cpu_s >= 0.5
+    assert spin.verdict is RunVerdict.time_limit and spin.cpu_s >= 0.5
     assert took < HANG_S
     bomb, took = run(
         backend, python_job("x = []\nwhile True:\n    x.append(b'x' * (16 << 20))\n", memory_mb=96)
     )
-    assert bomb.verdict is Verdict.memory_limit
+    assert bomb.verdict is RunVerdict.memory_limit
     assert took < HANG_S
     # Without a cgroup the process group is killed when the main process ends: a plain child dies too.
     marker = f"1000.{uuid.uuid4().int % 10**9}"
     code = f"import subprocess\nsubprocess.Popen(['sleep', '{marker}'])\nprint('left a child')\n"
     child, _ = run(backend, python_job(code))
-    assert child.verdict is Verdict.ok
+    assert child.verdict is RunVerdict.ok
     assert processes_with(marker) == []
     assert list(tmp_path.iterdir()) == []
 
@@ -287,7 +287,7 @@ def test_arguments_and_environment_arrive_intact(local: LocalBackend) -> None:
         env={"TRICKY": "x'; echo no; '\n#go", "NL": "zz", "IFS": "x"},
     )
     command, _ = run(local, job)
-    assert command.verdict is Verdict.ok, command
+    assert command.verdict is RunVerdict.ok, command
     assert command.stdout == f"{words!r} {job.env['TRICKY']!r}\n"
 
 

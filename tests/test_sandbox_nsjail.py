@@ -20,7 +20,7 @@ import pytest
 from proctor.sandboxes.backends import get_backend
 from proctor.sandboxes.backends.nsjail import NsjailBackend
 from proctor.sandboxes.cgroups import DEFAULT_ROOT, V1_CONTROLLERS, Cgroups
-from proctor.sandboxes.job import Command, CommandResult, File, Job, Limits, Maxima, Result, Verdict
+from proctor.sandboxes.job import Command, CommandResult, File, Job, Maxima, Result, RunLimits, RunVerdict
 from tests.sandbox_helpers import processes_with, setsid_daemon_program
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -70,7 +70,7 @@ def python_job(code: str, stdin: str = "", files: list[File] | None = None, **li
     """One `python3 main.py` command with the given limits."""
     return Job(
         files=[File(path="main.py", content=textwrap.dedent(code)), *(files or [])],
-        commands=[Command(argv=["python3", "main.py"], stdin=stdin, limits=Limits(**limits))],
+        commands=[Command(argv=["python3", "main.py"], stdin=stdin, limits=RunLimits(**limits))],
     )
 
 
@@ -98,7 +98,7 @@ def test_ok_program_reads_stdin_and_sees_only_its_environment(jail: NsjailBacken
     job.env = {"GREETING": "hi"}
     command, _, result = run(jail, job)
     assert result.backend == "nsjail"
-    assert command.verdict is Verdict.ok, command
+    assert command.verdict is RunVerdict.ok, command
     seen = json.loads(command.stdout)
     assert seen["line"] == "hello sandbox"
     assert seen["env"] == ["GREETING", "HOME", "LANG", "PATH", "PWD", "TMPDIR"]
@@ -120,13 +120,15 @@ def test_compile_then_run_share_the_working_directory_and_fetch(jail: NsjailBack
     job = Job(
         files=[File(path="src/main.c", content=source)],
         commands=[
-            Command(name="compile", argv=["gcc", "-O2", "-o", "prog", "src/main.c"], limits=Limits(cpu_s=10)),
+            Command(
+                name="compile", argv=["gcc", "-O2", "-o", "prog", "src/main.c"], limits=RunLimits(cpu_s=10)
+            ),
             Command(name="run", argv=["./prog"], stdin="6 7\n"),
         ],
         fetch=["out.txt", "missing.txt", "../etc/passwd"],
     )
     result = jail.run(job)
-    assert [c.verdict for c in result.commands] == [Verdict.ok, Verdict.ok], result
+    assert [c.verdict for c in result.commands] == [RunVerdict.ok, RunVerdict.ok], result
     assert result.commands[1].stdout == "13\n"
     assert result.files == {"out.txt": base64.b64encode(b"42").decode()}
 
@@ -139,7 +141,7 @@ def test_each_command_gets_its_own_jail(jail: NsjailBackend) -> None:
         commands=[Command(argv=["python3", "a.py"]), Command(argv=["python3", "b.py"])],
     )
     result = jail.run(job)
-    assert result.verdict is Verdict.ok, result
+    assert result.verdict is RunVerdict.ok, result
     assert result.commands[1].stdout == "True\n"
 
 
@@ -148,7 +150,7 @@ def test_arguments_arrive_intact(jail: NsjailBackend) -> None:
     job = Job(commands=[Command(argv=["python3", "-c", "import sys\nprint(repr(sys.argv[1:]))", *words])])
     job.env = {"TRICKY": "x'; echo pwned; '\n#go", "NL": "zz", "IFS": "x", "s": "1", "l": "2"}
     command = jail.run(job).commands[0]
-    assert command.verdict is Verdict.ok, command
+    assert command.verdict is RunVerdict.ok, command
     assert command.stdout == repr(words) + "\n"
 
 
@@ -156,22 +158,22 @@ def test_failing_command_stops_the_job_unless_keep_going(jail: NsjailBackend) ->
     commands = [Command(argv=["sh", "-c", "exit 3"], name="first"), Command(argv=["true"], name="second")]
     stopped = jail.run(Job(commands=commands))
     assert [c.name for c in stopped.commands] == ["first"]
-    assert stopped.verdict is Verdict.runtime_error
+    assert stopped.verdict is RunVerdict.runtime_error
     assert stopped.commands[0].exit_code == 3
     going = jail.run(Job(commands=commands, keep_going=True))
-    assert [c.verdict for c in going.commands] == [Verdict.runtime_error, Verdict.ok]
+    assert [c.verdict for c in going.commands] == [RunVerdict.runtime_error, RunVerdict.ok]
 
 
 def test_crash_by_signal_is_a_runtime_error(jail: NsjailBackend) -> None:
     command, _, _ = run(jail, python_job("import ctypes\nctypes.string_at(0)\n"))
-    assert command.verdict is Verdict.runtime_error
+    assert command.verdict is RunVerdict.runtime_error
     assert command.signal == 11
     assert "SIGSEGV" in command.detail
 
 
 def test_cpu_spin_is_a_time_limit_at_its_cpu_limit(jail: NsjailBackend) -> None:
     command, took, _ = run(jail, python_job("while True:\n    pass\n", cpu_s=1))
-    assert command.verdict is Verdict.time_limit
+    assert command.verdict is RunVerdict.time_limit
     assert "CPU time" in command.detail
     assert 1.0 <= command.cpu_s < 1.5
     assert took < HANG_S
@@ -187,14 +189,14 @@ def test_sixty_four_spinners_are_stopped_at_the_tree_limit(jail: NsjailBackend) 
         os.wait()
     """
     command, took, _ = run(jail, python_job(code, cpu_s=1, processes=80))
-    assert command.verdict is Verdict.time_limit
+    assert command.verdict is RunVerdict.time_limit
     assert 1.0 <= command.cpu_s < 2.0  # the tree's CPU, not 64 times the limit
     assert took < HANG_S
 
 
 def test_sleeping_forever_hits_the_wall_clock_backstop(jail: NsjailBackend) -> None:
     command, took, _ = run(jail, python_job("import time\ntime.sleep(1000)\n", cpu_s=0.5))
-    assert command.verdict is Verdict.time_limit
+    assert command.verdict is RunVerdict.time_limit
     assert "wall-clock backstop" in command.detail
     assert command.cpu_s < 0.5
     assert 2.0 <= took < HANG_S  # backstop 2 x 0.5 + 1 s
@@ -203,7 +205,7 @@ def test_sleeping_forever_hits_the_wall_clock_backstop(jail: NsjailBackend) -> N
 def test_memory_bomb_is_a_memory_limit(jail: NsjailBackend) -> None:
     code = "chunks = []\nwhile True:\n    chunks.append(b'x' * (16 << 20))\n"
     command, took, _ = run(jail, python_job(code, memory_mb=128))
-    assert command.verdict is Verdict.memory_limit
+    assert command.verdict is RunVerdict.memory_limit
     assert command.peak_memory_mb is not None and command.peak_memory_mb >= 100
     assert took < HANG_S
 
@@ -220,7 +222,7 @@ def test_fork_bomb_is_contained(jail: NsjailBackend) -> None:
                 pass
     """
     command, took, _ = run(jail, python_job(code, cpu_s=1, processes=32))
-    assert command.verdict in (Verdict.time_limit, Verdict.runtime_error), command
+    assert command.verdict in (RunVerdict.time_limit, RunVerdict.runtime_error), command
     assert command.cpu_s < 2
     assert "refused" in command.detail  # the pids limit said no
     assert took < HANG_S
@@ -231,7 +233,7 @@ def test_setsid_double_forked_daemon_dies_with_the_job(jail: NsjailBackend) -> N
     marker = f"1000.{uuid.uuid4().int % 10**9}"
     code = setsid_daemon_program(marker)
     command, took, _ = run(jail, python_job(code))
-    assert command.verdict is Verdict.ok, command
+    assert command.verdict is RunVerdict.ok, command
     assert command.stdout == "up\n"
     assert took < HANG_S
     assert processes_with(marker) == []
@@ -259,7 +261,7 @@ def test_no_network(jail: NsjailBackend) -> None:
             listener.accept()
     finally:
         listener.close()
-    assert command.verdict is Verdict.ok, command
+    assert command.verdict is RunVerdict.ok, command
     lines = command.stdout.splitlines()
     assert lines[0] == "['lo']"
     assert len(lines) == 4 and all(line.startswith("failed") for line in lines[1:]), lines
@@ -292,7 +294,7 @@ def test_host_secrets_are_invisible_and_writes_outside_the_box_fail(jail: Nsjail
     finally:
         for path in secrets:
             path.unlink()
-    assert command.verdict is Verdict.ok, command
+    assert command.verdict is RunVerdict.ok, command
     lines = command.stdout.splitlines()
     assert [line for line in lines if line.startswith("visible")] == []
     assert "root ['bin', 'box', 'dev', 'etc', 'lib', 'lib64', 'proc', 'sbin', 'tmp', 'usr']" in lines
@@ -315,7 +317,7 @@ def test_seccomp_refuses_ptrace_and_new_namespaces(jail: NsjailBackend) -> None:
         print("fork works" if os.fork() or os._exit(0) else "")
     """
     command, _, _ = run(jail, python_job(code))
-    assert command.verdict is Verdict.ok, command
+    assert command.verdict is RunVerdict.ok, command
     assert command.stdout.splitlines() == [
         "ptrace -1 1",
         "clone -1 1",
@@ -330,9 +332,9 @@ def test_hundred_megabytes_of_output_is_stopped(jail: NsjailBackend) -> None:
     code += "print('finished', file=sys.stderr)\n"
     command, took, _ = run(jail, python_job(code))
     assert "finished" not in command.stderr  # stopped at the cap, not after writing everything
-    assert command.verdict is Verdict.output_limit
+    assert command.verdict is RunVerdict.output_limit
     assert command.stdout_truncated
-    assert len(command.stdout) == Limits().output_bytes
+    assert len(command.stdout) == RunLimits().output_bytes
     assert took < HANG_S
 
 
@@ -341,7 +343,7 @@ def test_150_kb_of_output_finishes(jail: NsjailBackend) -> None:
         "import sys\nfor i in range(3000):\n    print(str(i).rjust(49, '.'))\n    print(i, file=sys.stderr)\n"
     )
     command, _, _ = run(jail, python_job(code))
-    assert command.verdict is Verdict.ok
+    assert command.verdict is RunVerdict.ok
     assert len(command.stdout) == 150_000
     assert not command.stdout_truncated
     assert command.stdout.splitlines()[-1].endswith("2999")
@@ -350,9 +352,9 @@ def test_150_kb_of_output_finishes(jail: NsjailBackend) -> None:
 def test_stderr_flood_then_correct_answer_passes(jail: NsjailBackend) -> None:
     code = "import sys\nsys.stderr.write('e' * (20 << 20))\nprint(int(input()) * 2)\n"
     command, took, _ = run(jail, python_job(code, stdin="21\n"))
-    assert command.verdict is Verdict.ok
+    assert command.verdict is RunVerdict.ok
     assert command.stdout == "42\n"
-    assert command.stderr_truncated and len(command.stderr) == Limits().stderr_bytes
+    assert command.stderr_truncated and len(command.stderr) == RunLimits().stderr_bytes
     assert took < HANG_S
 
 
@@ -362,12 +364,13 @@ def test_huge_file_is_refused_at_the_file_size_limit(jail: NsjailBackend) -> Non
     job = python_job(code, file_size_mb=1)
     job.fetch = ["big.bin"]
     command, _, result = run(jail, job)
-    assert command.verdict is Verdict.runtime_error
+    assert command.verdict is RunVerdict.runtime_error
     assert "File too large" in command.stderr
     assert len(base64.b64decode(result.files["big.bin"])) <= 1 << 20
     code = "import subprocess\nprint(subprocess.run(['head', '-c', '5000000', '/dev/zero'], stdout=open('b', 'wb')).returncode)\n"
     command, _, _ = run(jail, python_job(code, file_size_mb=1))
-    assert command.verdict is Verdict.ok  # a child killed by SIGXFSZ; the program saw it and chose to go on
+    # A child killed by SIGXFSZ; the program saw it and chose to go on.
+    assert command.verdict is RunVerdict.ok
     assert command.stdout == "-25\n"
 
 
@@ -381,34 +384,34 @@ def test_many_open_files_are_capped(jail: NsjailBackend) -> None:
             print(len(handles), type(exc).__name__)
     """
     command, _, _ = run(jail, python_job(code, open_files=64))
-    assert command.verdict is Verdict.ok
+    assert command.verdict is RunVerdict.ok
     count, error = command.stdout.split()
     assert int(count) < 64 and error == "OSError"
 
 
 def test_missing_program_is_a_sandbox_error(jail: NsjailBackend) -> None:
     result = jail.run(Job(commands=[Command(argv=["no-such-compiler", "x.c"])]))
-    assert result.verdict is Verdict.sandbox_error
+    assert result.verdict is RunVerdict.sandbox_error
     assert "not found" in result.commands[0].detail
 
 
 def test_broken_nsjail_is_a_sandbox_error() -> None:
     broken = NsjailBackend(binary="/bin/false", warm=0)
     result = broken.run(Job(commands=[Command(argv=["true"])]))
-    assert result.verdict is Verdict.sandbox_error
+    assert result.verdict is RunVerdict.sandbox_error
     assert "did not start" in result.commands[0].detail
     ok, why = broken.available()
     assert not ok and "trivial jail failed" in why
     missing = NsjailBackend(binary="/nonexistent/nsjail", warm=0)
     assert missing.available()[0] is False
-    assert missing.run(Job(commands=[Command(argv=["true"])])).verdict is Verdict.sandbox_error
+    assert missing.run(Job(commands=[Command(argv=["true"])])).verdict is RunVerdict.sandbox_error
 
 
 def test_a_jail_that_cannot_be_built_is_a_sandbox_error_with_nsjails_words() -> None:
     backend = NsjailBackend(warm=0)
     backend.system = [*backend.system, "-R", "/nonexistent-proctor-mount"]
     result = backend.run(python_job("print('never')"))
-    assert result.verdict is Verdict.sandbox_error
+    assert result.verdict is RunVerdict.sandbox_error
     assert "nonexistent-proctor-mount" in result.commands[0].detail
     assert "mount" in result.commands[0].detail.lower()
 
@@ -432,7 +435,7 @@ def test_correct_program_passes_while_the_machine_is_loaded(jail: NsjailBackend)
         for proc in burners:
             proc.wait()
     for command in (quarter, half):
-        assert command.verdict is Verdict.ok, command
+        assert command.verdict is RunVerdict.ok, command
         assert command.stdout == "done\n"
         assert command.cpu_s < 1
 
@@ -444,12 +447,12 @@ def test_without_cgroups_it_falls_back_to_rlimits(tmp_path: Path, caplog: pytest
     ok, why = backend.available()
     assert ok and "rlimits only" in why
     spin, took, _ = run(backend, python_job("while True:\n    pass\n", cpu_s=1))
-    assert spin.verdict is Verdict.time_limit
+    assert spin.verdict is RunVerdict.time_limit
     assert took < HANG_S
     bomb, took, _ = run(
         backend, python_job("chunks = []\nwhile True:\n    chunks.append(b'x' * (16 << 20))\n", memory_mb=128)
     )
-    assert bomb.verdict is Verdict.memory_limit
+    assert bomb.verdict is RunVerdict.memory_limit
     assert took < HANG_S
     assert list(tmp_path.iterdir()) == []
 
@@ -489,7 +492,7 @@ def test_a_file_count_bomb_is_an_output_limit_and_never_reaches_the_host(
             open(os.path.join({folder!r}, f"f{{i}}"), "w").close()
     """
     command, elapsed, _ = run(small_jail, python_job(code))
-    assert command.verdict is Verdict.output_limit, command
+    assert command.verdict is RunVerdict.output_limit, command
     assert "300 files" in command.detail
     assert host_free - os.statvfs("/dev/shm").f_favail < 1000  # the host's inodes were never at stake
     assert elapsed < HANG_S
@@ -508,7 +511,7 @@ def test_a_byte_bomb_is_an_output_limit_even_when_the_program_swallows_enospc(
         print("fine")
     """
     command, _, _ = run(small_jail, python_job(code))
-    assert command.verdict is Verdict.output_limit, command
+    assert command.verdict is RunVerdict.output_limit, command
     assert "4 MB" in command.detail
 
 
@@ -523,17 +526,17 @@ def test_files_within_the_maxima_carry_from_compile_to_run_and_fetch(small_jail:
         fetch=["d/e/99"],
     )
     result = small_jail.run(job)
-    assert [c.verdict for c in result.commands] == [Verdict.ok, Verdict.ok], result
+    assert [c.verdict for c in result.commands] == [RunVerdict.ok, RunVerdict.ok], result
     assert result.commands[1].stdout == "100\n"
     assert base64.b64decode(result.files["d/e/99"]) == b"99"
 
 
 def test_limits_above_the_maxima_are_clamped_to_them(small_jail: NsjailBackend) -> None:
     command, _, _ = run(small_jail, python_job("while True: pass", cpu_s=30, memory_mb=4096))
-    assert command.verdict is Verdict.time_limit, command
+    assert command.verdict is RunVerdict.time_limit, command
     assert command.cpu_s < 5
     command, _, _ = run(small_jail, python_job("x = bytearray(400 << 20)\nprint(len(x))", memory_mb=4096))
-    assert command.verdict is Verdict.memory_limit, command
+    assert command.verdict is RunVerdict.memory_limit, command
 
 
 def test_a_runtimes_own_out_of_memory_stop_is_a_memory_limit(jail: NsjailBackend) -> None:
@@ -542,5 +545,5 @@ def test_a_runtimes_own_out_of_memory_stop_is_a_memory_limit(jail: NsjailBackend
     marked = plain.model_copy(
         update={"commands": [plain.commands[0].model_copy(update={"oom_markers": ("\nMemoryError",)})]}
     )
-    assert run(jail, plain)[0].verdict is Verdict.runtime_error
-    assert run(jail, marked)[0].verdict is Verdict.memory_limit
+    assert run(jail, plain)[0].verdict is RunVerdict.runtime_error
+    assert run(jail, marked)[0].verdict is RunVerdict.memory_limit

@@ -11,7 +11,7 @@ import pytest
 
 from proctor.capacity import PoolClosed, PoolFull
 from proctor.sandboxes.backends import get_backend
-from proctor.sandboxes.job import Backend, Command, Job, Limits, Result, Verdict
+from proctor.sandboxes.job import Backend, Command, Job, Result, RunLimits, RunVerdict
 from proctor.sandboxes.pool import SandboxPool
 
 PYTHON = "/usr/bin/python3"
@@ -20,7 +20,7 @@ WAIT_S = 20.0  # hang detection only
 
 def python_job(source: str, cpu_s: float = 2.0, wall_s: float | None = None) -> Job:
     """One Python program as a job."""
-    limits = Limits(cpu_s=cpu_s, wall_s=wall_s, memory_mb=256)
+    limits = RunLimits(cpu_s=cpu_s, wall_s=wall_s, memory_mb=256)
     return Job(commands=[Command(argv=[PYTHON, "-c", source], limits=limits)])
 
 
@@ -71,11 +71,11 @@ def test_runs_jobs_and_counts_them_by_verdict(make_pool: Callable[..., SandboxPo
         "time_limit": pool.submit(python_job("while True: pass", cpu_s=0.3)),
     }
     results = {name: future.result(timeout=WAIT_S) for name, future in futures.items()}
-    assert results["ok"].verdict is Verdict.ok
+    assert results["ok"].verdict is RunVerdict.ok
     assert results["ok"].commands[0].stdout == "42\n"
-    assert results["runtime_error"].verdict is Verdict.runtime_error
+    assert results["runtime_error"].verdict is RunVerdict.runtime_error
     assert results["runtime_error"].commands[0].exit_code == 3
-    assert results["time_limit"].verdict is Verdict.time_limit
+    assert results["time_limit"].verdict is RunVerdict.time_limit
     stats = pool.stats()
     assert stats["completed"] == 3
     assert stats["verdicts"] == {"ok": 1, "runtime_error": 1, "time_limit": 1}
@@ -90,7 +90,7 @@ def test_runs_up_to_workers_at_once_and_queues_the_rest(make_pool: Callable[...,
     wait_for(lambda: pool.stats()["running"] == 2, "two jobs running")
     assert pool.stats()["queued"] == 1
     for future in futures:
-        assert future.result(timeout=WAIT_S).verdict is Verdict.time_limit
+        assert future.result(timeout=WAIT_S).verdict is RunVerdict.time_limit
     assert pool.stats()["completed"] == 3
 
 
@@ -103,7 +103,7 @@ def test_full_queue_raises_pool_full_at_once(make_pool: Callable[..., SandboxPoo
     running.result(timeout=WAIT_S)
     waiting.result(timeout=WAIT_S)
     # Room again once they finish.
-    assert pool.submit(python_job("print(1)")).result(timeout=WAIT_S).verdict is Verdict.ok
+    assert pool.submit(python_job("print(1)")).result(timeout=WAIT_S).verdict is RunVerdict.ok
 
 
 def test_queue_of_zero_admits_only_what_can_run(make_pool: Callable[..., SandboxPool]) -> None:
@@ -123,7 +123,7 @@ def test_close_fails_waiting_jobs_and_refuses_new_ones(make_pool: Callable[..., 
     for future in waiting:
         with pytest.raises(PoolClosed):
             future.result(timeout=WAIT_S)
-    assert running.result(timeout=WAIT_S).verdict is Verdict.time_limit  # a running job still finishes
+    assert running.result(timeout=WAIT_S).verdict is RunVerdict.time_limit  # a running job still finishes
     with pytest.raises(PoolClosed):
         pool.submit(python_job("print(1)"))
     assert pool.stats()["queued"] == 0
@@ -160,7 +160,7 @@ def test_async_run_waits_without_blocking_the_loop(make_pool: Callable[..., Sand
         return result, ticks
 
     result, ticks = asyncio.run(main())
-    assert result.verdict is Verdict.ok and result.commands[0].stdout == "done\n"
+    assert result.verdict is RunVerdict.ok and result.commands[0].stdout == "done\n"
     assert ticks >= 2  # the loop woke the ticker again while the job ran
 
 
@@ -179,7 +179,7 @@ class RaisingBackend:
 def test_a_backend_that_raises_gives_sandbox_error_not_an_exception() -> None:
     with SandboxPool(RaisingBackend(), 1, 1) as pool:
         result = pool.submit(python_job("print(1)")).result(timeout=WAIT_S)
-        assert result.verdict is Verdict.sandbox_error
+        assert result.verdict is RunVerdict.sandbox_error
         assert "backend exploded" in result.commands[0].detail
         assert pool.stats()["verdicts"] == {"sandbox_error": 1}
 

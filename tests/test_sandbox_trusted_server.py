@@ -20,7 +20,7 @@ import pytest
 from proctor.contract import Status
 from proctor.sandboxes import warm_server
 from proctor.sandboxes.backends.nsjail import OTHER_PROCESSES, SECCOMP_POLICY, NsjailBackend
-from proctor.sandboxes.job import Command, File, Job, Limits, Maxima, Verdict
+from proctor.sandboxes.job import Command, File, Job, Maxima, RunLimits, RunVerdict
 from proctor.sandboxes.warm import WarmPython
 from proctor.verifiers.code import verifier
 
@@ -126,18 +126,18 @@ def test_a_server_broken_by_a_test_judges_the_test_and_is_replaced(
     unfiltered: NsjailBackend, which: str, value: int
 ) -> None:
     source = "import sys\nexec(compile(sys.stdin.read(), 'test', 'exec'))\n"
-    with WarmPython(source, limits=Limits(cpu_s=2), backend=unfiltered) as warm:
+    with WarmPython(source, limits=RunLimits(cpu_s=2), backend=unfiltered) as warm:
         assert warm.start().ok
         attack = warm.run(LIMIT_SERVER.format(which=which, value=value) + "for i in range(2000000): pass\n")
         after = warm.run("print('fine')")
         results = [attack, after]
-        if after.verdict is not Verdict.ok:  # the limit bit the server only in the next test
+        if after.verdict is not RunVerdict.ok:  # the limit bit the server only in the next test
             results.append(warm.run("print('fine')"))
-    broken = [r for r in results if r.verdict is not Verdict.ok]
+    broken = [r for r in results if r.verdict is not RunVerdict.ok]
     assert broken, "the limit never bit the server"
     for result in broken:
-        assert result.verdict is Verdict.runtime_error, (result.verdict, result.detail)
-    assert results[-1].verdict is Verdict.ok and results[-1].stdout == "fine\n", results[-1]
+        assert result.verdict is RunVerdict.runtime_error, (result.verdict, result.detail)
+    assert results[-1].verdict is RunVerdict.ok and results[-1].stdout == "fine\n", results[-1]
     assert warm.starts == 2  # the broken server was replaced
 
 
@@ -212,10 +212,10 @@ def jail_probe(backend) -> dict:
         pytest.skip("the policy is the nsjail backend's")
     job = Job(
         files=[File(path="main.py", content=PROBE)],
-        commands=[Command(argv=["/usr/bin/python3", "main.py"], limits=Limits(cpu_s=2))],
+        commands=[Command(argv=["/usr/bin/python3", "main.py"], limits=RunLimits(cpu_s=2))],
     )
     result = backend.run(job).commands[0]
-    assert result.verdict is Verdict.ok, (result.detail, result.stderr)
+    assert result.verdict is RunVerdict.ok, (result.detail, result.stderr)
     return json.loads(result.stdout)
 
 
@@ -250,11 +250,11 @@ def test_signals_and_proc_writes_do_not_reach_the_server(backend) -> None:
         raise SystemExit(3)
         """
     )
-    with WarmPython(source, mode="stdio", limits=Limits(cpu_s=2), backend=backend) as warm:
+    with WarmPython(source, mode="stdio", limits=RunLimits(cpu_s=2), backend=backend) as warm:
         assert warm.start().ok
         first, second = warm.run(""), warm.run("")
     for result in (first, second):
-        assert result.verdict is Verdict.runtime_error, (result.verdict, result.detail)  # exit status 3
+        assert result.verdict is RunVerdict.runtime_error, (result.verdict, result.detail)  # exit status 3
         seen = json.loads(result.stdout)
         assert "WRITTEN" not in seen.values() and "TAKEN" not in seen.values(), seen
     assert warm.starts == 1  # the server shrugged it all off
@@ -274,9 +274,9 @@ def test_a_server_failure_before_any_candidate_code_is_a_sandbox_error(monkeypat
 def test_a_jail_that_cannot_start_is_a_sandbox_error() -> None:
     broken = NsjailBackend(binary="/bin/false", cgroup_parent=PARENT, warm=0)
     try:
-        with WarmPython("print(3)", limits=Limits(cpu_s=1), backend=broken) as warm:
+        with WarmPython("print(3)", limits=RunLimits(cpu_s=1), backend=broken) as warm:
             assert warm.start().status == "sandbox_error"
-            assert warm.run("").verdict is Verdict.sandbox_error
+            assert warm.run("").verdict is RunVerdict.sandbox_error
     finally:
         broken.close()
 
@@ -339,17 +339,17 @@ def test_a_full_warm_jail_is_an_output_limit_and_the_next_test_gets_a_fresh_one(
         "print('swallowed')\n"
     )
     files = "import os\nfor i in range(1000):\n    try:\n        open(f'f{i}', 'w').close()\n    except OSError:\n        break\n"
-    with WarmPython(source, limits=Limits(cpu_s=1), backend=small_disk) as warm:
+    with WarmPython(source, limits=RunLimits(cpu_s=1), backend=small_disk) as warm:
         full = warm.run(fill)
         after = warm.run("import os\nprint(sorted(os.listdir('.')), os.listdir('/tmp'))")
         inodes = warm.run(files)
-    assert full.verdict is Verdict.output_limit and "4 MB" in full.detail, full
-    assert after.verdict is Verdict.ok and "big" not in after.stdout, after
-    assert inodes.verdict is Verdict.output_limit and "300 files" in inodes.detail, inodes
+    assert full.verdict is RunVerdict.output_limit and "4 MB" in full.detail, full
+    assert after.verdict is RunVerdict.ok and "big" not in after.stdout, after
+    assert inodes.verdict is RunVerdict.output_limit and "300 files" in inodes.detail, inodes
 
 
 def test_warm_limits_are_clamped_to_the_operators_maxima(small_disk) -> None:
-    with WarmPython("while True: pass", limits=Limits(cpu_s=30), backend=small_disk) as warm:
+    with WarmPython("while True: pass", limits=RunLimits(cpu_s=30), backend=small_disk) as warm:
         result = warm.run("")
-    assert result.verdict is Verdict.time_limit, result
+    assert result.verdict is RunVerdict.time_limit, result
     assert result.cpu_s < 5, result

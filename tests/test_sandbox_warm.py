@@ -11,11 +11,11 @@ import time
 import pytest
 
 from proctor.sandboxes import warm_server
-from proctor.sandboxes.job import Backend, Limits, Verdict
-from proctor.sandboxes.languages import Submission
+from proctor.sandboxes.job import Backend, RunLimits, RunVerdict
+from proctor.sandboxes.program import Submission
 from proctor.sandboxes.warm import WarmPython
 
-LIMITS = Limits(cpu_s=0.5, memory_mb=128, output_bytes=1 << 20)
+LIMITS = RunLimits(cpu_s=0.5, memory_mb=128, output_bytes=1 << 20)
 SUM = "import sys\na, b = map(int, sys.stdin.read().split())\nprint(a + b)\n"
 # A program that runs whatever Python its stdin holds: one server, many different misbehaviours.
 ANYTHING = "import sys\nexec(compile(sys.stdin.read(), 'test', 'exec'))\n"
@@ -33,16 +33,16 @@ def test_hundred_tests_one_server(backend: Backend) -> None:
         assert server.start().ok
         results = [server.run(f"{i} {i * i}\n") for i in range(100)]
         assert [r.stdout for r in results] == [f"{i + i * i}\n" for i in range(100)]
-        assert all(r.verdict is Verdict.ok for r in results)
+        assert all(r.verdict is RunVerdict.ok for r in results)
         assert server.starts == 1
         assert server.tests == 100
 
 
 def test_large_input_and_output(backend: Backend) -> None:
     program = "import sys\nnumbers = sys.stdin.read().split()\nprint(len(numbers))\nprint('y' * 3_000_000)\n"
-    with WarmPython(program, limits=Limits(cpu_s=2.0, memory_mb=256), backend=backend) as server:
+    with WarmPython(program, limits=RunLimits(cpu_s=2.0, memory_mb=256), backend=backend) as server:
         result = server.run(" ".join(["12345"] * 1_000_000))  # 6 MB of stdin
-        assert result.verdict is Verdict.ok, result
+        assert result.verdict is RunVerdict.ok, result
         assert result.stdout.splitlines()[0] == "1000000"
         assert len(result.stdout) == len("1000000\n") + 3_000_001
 
@@ -67,31 +67,31 @@ def test_runs_inside_the_jail(anything: WarmPython, backend: Backend) -> None:
 
 def test_stdin_stdout_and_exit_status_like_a_fresh_interpreter(anything: WarmPython) -> None:
     result = anything.run("import sys\nprint('out')\nsys.exit(3)")
-    assert (result.verdict, result.exit_code, result.stdout) == (Verdict.runtime_error, 3, "out\n")
+    assert (result.verdict, result.exit_code, result.stdout) == (RunVerdict.runtime_error, 3, "out\n")
     result = anything.run("import atexit\natexit.register(lambda: print('bye'))\nprint('hi')")
-    assert (result.verdict, result.stdout) == (Verdict.ok, "hi\nbye\n")
+    assert (result.verdict, result.stdout) == (RunVerdict.ok, "hi\nbye\n")
     result = anything.run("import sys\nsys.stderr.write('e' * 3_000_000)\nprint('answer')")
-    assert (result.verdict, result.stdout, result.stderr_truncated) == (Verdict.ok, "answer\n", True)
+    assert (result.verdict, result.stdout, result.stderr_truncated) == (RunVerdict.ok, "answer\n", True)
 
 
 MISBEHAVIOUR = {
-    "spin": ("while True:\n    pass", Verdict.time_limit),
-    "sleep": ("import time\ntime.sleep(60)", Verdict.time_limit),
-    "crash": ("import ctypes\nctypes.string_at(0)", Verdict.runtime_error),
-    "exception": ("raise ValueError('boom')", Verdict.runtime_error),
+    "spin": ("while True:\n    pass", RunVerdict.time_limit),
+    "sleep": ("import time\ntime.sleep(60)", RunVerdict.time_limit),
+    "crash": ("import ctypes\nctypes.string_at(0)", RunVerdict.runtime_error),
+    "exception": ("raise ValueError('boom')", RunVerdict.runtime_error),
     "forked spinners": (
         "import os\nfor _ in range(8):\n    if os.fork() == 0:\n        break\nwhile True:\n    pass",
-        Verdict.time_limit,
+        RunVerdict.time_limit,
     ),
-    "memory bomb": ("keep = []\nwhile True:\n    keep.append(bytearray(1 << 24))", Verdict.memory_limit),
-    "output flood": ("import sys\nwhile True:\n    sys.stdout.write('x' * 65536)", Verdict.output_limit),
+    "memory bomb": ("keep = []\nwhile True:\n    keep.append(bytearray(1 << 24))", RunVerdict.memory_limit),
+    "output flood": ("import sys\nwhile True:\n    sys.stdout.write('x' * 65536)", RunVerdict.output_limit),
     "fork bomb": (
         "import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass",
-        Verdict.time_limit,
+        RunVerdict.time_limit,
     ),
     "kill the server": (
         "import os, signal\nos.kill(1, signal.SIGKILL)\nos.kill(os.getppid(), signal.SIGKILL)",
-        Verdict.ok,
+        RunVerdict.ok,
     ),
 }
 
@@ -106,7 +106,7 @@ def test_misbehaviour_is_contained_and_the_server_keeps_serving(anything: WarmPy
     assert result.verdict is verdict, result
     assert time.monotonic() - started < 10
     after = anything.run("print(6 * 7)")
-    assert (after.verdict, after.stdout) == (Verdict.ok, "42\n")
+    assert (after.verdict, after.stdout) == (RunVerdict.ok, "42\n")
 
 
 # A test runs as the server's uid: it tries to take the server's protocol pipes (pidfd_getfd, /proc/<pid>/fd)
@@ -142,15 +142,15 @@ def test_a_test_cannot_reach_the_servers_pipes_or_memory(anything: WarmPython) -
     # Before the server made itself non-dumpable this garbled its reply: a sandbox_error (a machinery failure
     # that voids the score) caused by the program.
     result = anything.run(STEAL_THE_PIPES)
-    assert (result.verdict, result.stdout) == (Verdict.ok, "0\n"), result
+    assert (result.verdict, result.stdout) == (RunVerdict.ok, "0\n"), result
     after = anything.run("print(6 * 7)")
-    assert (after.verdict, after.stdout) == (Verdict.ok, "42\n")
+    assert (after.verdict, after.stdout) == (RunVerdict.ok, "42\n")
 
 
 def test_exit_zero_without_output_is_not_a_pass(anything: WarmPython) -> None:
     result = anything.run("import os\nos._exit(0)")
     assert (result.verdict, result.exit_code, result.stdout) == (
-        Verdict.ok,
+        RunVerdict.ok,
         0,
         "",
     )  # the judge compares output
@@ -174,7 +174,7 @@ def test_syntax_error_is_a_compile_error(backend: Backend) -> None:
         assert outcome.status == "compile_error"
         assert "SyntaxError" in outcome.message
         result = server.run("")
-        assert result.verdict is Verdict.runtime_error
+        assert result.verdict is RunVerdict.runtime_error
 
 
 def test_python_submissions_are_warm_by_default(backend: Backend) -> None:
@@ -225,22 +225,22 @@ def test_compiled_programs_run_warm_one_jail_one_compile(backend: Backend) -> No
         assert submission.compile_runs == 1
         verdicts = [r.verdict for r in results]
         assert verdicts == [
-            Verdict.ok,
-            Verdict.ok,
-            Verdict.runtime_error,
-            Verdict.ok,
-            Verdict.time_limit,
-            Verdict.memory_limit,
-            Verdict.ok,
-            Verdict.ok,
-            Verdict.ok,
+            RunVerdict.ok,
+            RunVerdict.ok,
+            RunVerdict.runtime_error,
+            RunVerdict.ok,
+            RunVerdict.time_limit,
+            RunVerdict.memory_limit,
+            RunVerdict.ok,
+            RunVerdict.ok,
+            RunVerdict.ok,
         ], [(r.verdict, r.detail) for r in results]
         assert [results[i].stdout for i in (0, 3, 7, 8)] == ["3\n", "42\n", "", "10\n"]
         # The warm server (the jail's init, pid 1) is every test's parent: the same jail for every test.
         assert results[1].stdout == "1 1\n"
         assert results[4].cpu_s > LIMITS.cpu_s
         # The daemon the earlier test left behind was killed: a later test runs alone.
-        assert submission.run("daemon").verdict is Verdict.ok
+        assert submission.run("daemon").verdict is RunVerdict.ok
 
 
 def test_compiled_programs_run_cold_when_asked(backend: Backend) -> None:
@@ -316,7 +316,7 @@ def test_hundred_calls(calls: WarmPython) -> None:
     results = [calls.call("add", [i, 1]) for i in range(100)]
     # (a + b, calls so far): each call starts from the module as imported, so the count is always 1.
     assert [r.value for r in results] == [(i + 1, 1) for i in range(100)]
-    assert all(r.returned and r.plain and r.result.verdict is Verdict.ok for r in results)
+    assert all(r.returned and r.plain and r.result.verdict is RunVerdict.ok for r in results)
     assert calls.starts == 1
 
 
@@ -358,7 +358,7 @@ def test_values_that_are_not_plain_data_never_compare(calls: WarmPython) -> None
     for name in ("forged", "sneaky"):
         result = calls.call(name)
         assert result.returned and not result.plain and result.value is None, result
-        assert result.result.verdict is Verdict.ok
+        assert result.result.verdict is RunVerdict.ok
     assert "Sneaky" in calls.call("sneaky").not_plain
 
 
@@ -367,17 +367,17 @@ def test_exiting_instead_of_returning_is_a_runtime_error(calls: WarmPython, name
     result = calls.call(name)
     assert not result.returned
     assert result.result.exit_code == 0  # the process said "success"; the judge does not listen
-    assert result.result.verdict is Verdict.runtime_error
+    assert result.result.verdict is RunVerdict.runtime_error
 
 
 def test_call_limits(calls: WarmPython) -> None:
     hung = calls.call("spin")
-    assert (hung.returned, hung.result.verdict) == (False, Verdict.time_limit)
+    assert (hung.returned, hung.result.verdict) == (False, RunVerdict.time_limit)
     loud = calls.call("shout", [2 << 20])
-    assert (loud.returned, loud.result.verdict) == (False, Verdict.output_limit)
+    assert (loud.returned, loud.result.verdict) == (False, RunVerdict.output_limit)
     assert calls.call("add", [1, 1]).value == (2, 1)
     missing = calls.call("no_such_function")
-    assert missing.result.verdict is Verdict.runtime_error and "AttributeError" in missing.result.stderr
+    assert missing.result.verdict is RunVerdict.runtime_error and "AttributeError" in missing.result.stderr
 
 
 @pytest.mark.parametrize(
@@ -391,7 +391,7 @@ def test_call_limits(calls: WarmPython) -> None:
     ],
 )
 def test_load_failures(backend: Backend, source: str, status: str, says: str) -> None:
-    load = Limits(cpu_s=0.5, memory_mb=128)
+    load = RunLimits(cpu_s=0.5, memory_mb=128)
     with WarmPython(source, mode="call", load_limits=load, backend=backend) as server:
         outcome = server.start()
         assert outcome.status == status, outcome
@@ -430,7 +430,7 @@ def test_assert_script_passes_through_proxies(scripts: WarmPython, calls: WarmPy
 def test_assert_script_failures(scripts: WarmPython, calls: WarmPython) -> None:
     wrong = scripts.run_script("assert poly([1], 5) == 2\n", ["poly"], relay(calls))
     assert not wrong.passed and wrong.failed_call is None
-    assert wrong.result.verdict is Verdict.runtime_error and "AssertionError" in wrong.result.stderr
+    assert wrong.result.verdict is RunVerdict.runtime_error and "AssertionError" in wrong.result.stderr
     # A forged __eq__ never reaches the script: the proxy raises instead of returning the object.
     forged = scripts.run_script("assert forged() == 42\n", ["forged"], relay(calls))
     assert not forged.passed and forged.failed_name == "forged"
@@ -438,11 +438,11 @@ def test_assert_script_failures(scripts: WarmPython, calls: WarmPython) -> None:
     # Swallowing the failure in the script does not help: the failed call is on record.
     code = "try:\n    spin()\nexcept Exception:\n    pass\n"
     swallowed = scripts.run_script(code, ["spin"], relay(calls))
-    assert swallowed.result.verdict is Verdict.ok and not swallowed.passed
-    assert swallowed.failed_call is not None and swallowed.failed_call.result.verdict is Verdict.time_limit
+    assert swallowed.result.verdict is RunVerdict.ok and not swallowed.passed
+    assert swallowed.failed_call is not None and swallowed.failed_call.result.verdict is RunVerdict.time_limit
     # The script's own limits still hold.
     stuck = scripts.run_script("while True:\n    pass\n", [], relay(calls))
-    assert stuck.result.verdict is Verdict.time_limit
+    assert stuck.result.verdict is RunVerdict.time_limit
 
 
 def test_a_program_that_keeps_taking_its_server_down_is_reloaded_a_bounded_number_of_times(
@@ -454,7 +454,7 @@ def test_a_program_that_keeps_taking_its_server_down_is_reloaded_a_bounded_numbe
     with WarmPython(source, mode="call", limits=LIMITS, backend=backend, max_restarts=2) as server:
         assert server.start().ok
         results = [server.call("f") for _ in range(6)]
-    assert all(r.result.verdict is Verdict.runtime_error and not r.returned for r in results)
+    assert all(r.result.verdict is RunVerdict.runtime_error and not r.returned for r in results)
     assert server.starts == 3
     assert "took its sandbox down 3 times" in results[-1].result.stderr
 
@@ -476,4 +476,4 @@ def test_a_script_sees_only_the_names_it_is_given_and_its_setup(
     local = scripts.run_script(
         "def f():\n    if False:\n        y = 1\n    return y\nf()\n", [], relay(calls)
     )
-    assert local.result.verdict is Verdict.runtime_error and local.result.exit_code == 1
+    assert local.result.verdict is RunVerdict.runtime_error and local.result.exit_code == 1

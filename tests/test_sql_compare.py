@@ -420,7 +420,7 @@ def test_strict_compares_large_wrong_results_without_quadratic_work():
     # A wrong query returning thousands of rows (a missing WHERE) must score 0 quickly; a pairwise search took
     # 19 s for 2000 rows, so such answers ran into the deadline (a masked timeout) instead of scoring 0.
     size = 3000
-    outcomes: list[compare.Outcome] = []
+    outcomes: list[compare.Comparison] = []
 
     def run() -> None:
         for cast in (int, float):

@@ -35,3 +35,10 @@ def get_backend(name: str | None = None) -> Backend:
             module, cls = BACKENDS[name].split(":")
             _instances[name] = getattr(importlib.import_module(module), cls)()
         return _instances[name]
+
+
+def resolve_backend(backend: Backend | str | None) -> Backend:
+    """A backend instance from an instance, a name, or None (PROCTOR_SANDBOX_BACKEND, else nsjail)."""
+    if backend is None or isinstance(backend, str):
+        return get_backend(backend)
+    return backend

@@ -64,10 +64,19 @@ import docker.errors
 import requests
 
 from ..cgroups import JobCgroup
-from ..job import Command, CommandResult, Job, Limits, Maxima, Result, Verdict
+from ..job import Command, CommandResult, Job, Maxima, Result, RunLimits, RunVerdict
 from ..output import Stream
 from ..storage import Storage, full, release_path
-from .runner import Outcome, Workdir, clamp_job, cpu_rlimit, hard_wall_s, judge, private_dir, sandbox_error
+from .runner import (
+    Measurement,
+    Workdir,
+    clamp_job,
+    cpu_rlimit,
+    hard_wall_s,
+    judge,
+    private_dir,
+    sandbox_error,
+)
 
 log = logging.getLogger(__name__)
 
@@ -213,11 +222,11 @@ class DockerBackend:
                 except DOCKER_FAILURES as exc:
                     result = sandbox_error(command.name, f"docker failed: {describe(exc)}")
                 results.append(result)
-                if result.verdict is Verdict.sandbox_error:
+                if result.verdict is RunVerdict.sandbox_error:
                     break  # the machinery is broken: later commands would fail the same way
-                if result.verdict is not Verdict.ok and not job.keep_going:
+                if result.verdict is not RunVerdict.ok and not job.keep_going:
                     break
-            if job.fetch and run.containers and results[-1].verdict is not Verdict.sandbox_error:
+            if job.fetch and run.containers and results[-1].verdict is not RunVerdict.sandbox_error:
                 try:
                     files = run.fetch(job.fetch)
                 except (SandboxError, *DOCKER_FAILURES) as exc:
@@ -364,7 +373,7 @@ class _JobRun:
         self.containers.append(created["Id"])
         return created["Id"]
 
-    def _tmp_options(self, limits: Limits) -> str:
+    def _tmp_options(self, limits: RunLimits) -> str:
         """Options of docker's own /tmp tmpfs (remote daemons): no larger than memory or the disk maximum."""
         maxima = self.backend.maxima
         return f"size={min(limits.memory_mb, maxima.disk_mb)}m,nr_inodes={maxima.files},mode=1777"
@@ -573,7 +582,7 @@ class _Execution:
         self.storage_full = storage_full
         self.container = container
         self.command = command
-        self.limits: Limits = command.limits
+        self.limits: RunLimits = command.limits
         self.stdout = Stream(fd=-1, cap=self.limits.output_bytes)
         self.stderr = Stream(fd=-1, cap=self.limits.stderr_bytes)
         self.frames = Frames({STDOUT: self.stdout, STDERR: self.stderr})
@@ -582,7 +591,7 @@ class _Execution:
         self.exited = threading.Event()
         self.status: dict[str, Any] | None = None
         self.wait_error: BaseException | None = None
-        self.kill_reason: Verdict | None = None
+        self.kill_reason: RunVerdict | None = None
         self.kill_detail = ""
         self.pids_refused = 0
 
@@ -604,7 +613,9 @@ class _Execution:
                 if not any(sign in str(exc) for sign in NOT_FOUND):
                     raise
                 # As a shell would say: the job named a program the image does not have.
-                result = CommandResult(name=self.command.name, verdict=Verdict.runtime_error, exit_code=127)
+                result = CommandResult(
+                    name=self.command.name, verdict=RunVerdict.runtime_error, exit_code=127
+                )
                 result.detail = f"cannot execute {self.command.argv[0]!r}: {describe(exc)}"
                 return result
             started = time.monotonic()
@@ -666,10 +677,10 @@ class _Execution:
             now = time.monotonic()
             elapsed = now - started
             if self.stdout.truncated:
-                self._kill(sock, Verdict.output_limit, f"stdout passed {self.limits.output_bytes} bytes")
+                self._kill(sock, RunVerdict.output_limit, f"stdout passed {self.limits.output_bytes} bytes")
             elif self.meter.cpu_s() > self.limits.cpu_s:
                 detail = f"CPU time of the process tree passed {self.limits.cpu_s:g} s"
-                self._kill(sock, Verdict.time_limit, detail)
+                self._kill(sock, RunVerdict.time_limit, detail)
             elif elapsed > self.limits.wall_backstop_s and now >= next_starve_check:
                 next_starve_check = now + 0.1
                 self._check_wall(sock, elapsed)
@@ -683,13 +694,13 @@ class _Execution:
         if elapsed >= hard:
             if starved > elapsed / 2:
                 self._kill(
-                    sock, Verdict.sandbox_error, f"machine overloaded: waited {starved:.1f} s for a CPU"
+                    sock, RunVerdict.sandbox_error, f"machine overloaded: waited {starved:.1f} s for a CPU"
                 )
             else:
-                self._kill(sock, Verdict.time_limit, f"wall-clock hard cap {hard:g} s")
+                self._kill(sock, RunVerdict.time_limit, f"wall-clock hard cap {hard:g} s")
         elif elapsed - starved > self.limits.wall_backstop_s:
             detail = f"wall-clock backstop {self.limits.wall_backstop_s:g} s (sleeping or blocked)"
-            self._kill(sock, Verdict.time_limit, detail)
+            self._kill(sock, RunVerdict.time_limit, detail)
 
     def _read(self, sock: socket.socket) -> bool:
         """Read what is there; True at EOF."""
@@ -702,7 +713,7 @@ class _Execution:
         self.frames.feed(chunk)
         return False
 
-    def _kill(self, sock: socket.socket, reason: Verdict, detail: str) -> None:
+    def _kill(self, sock: socket.socket, reason: RunVerdict, detail: str) -> None:
         """SIGKILL the container (its whole pid namespace), reading the socket until it has exited."""
         self.kill_reason, self.kill_detail = reason, detail
         failure: list[BaseException] = []
@@ -742,7 +753,7 @@ class _Execution:
         if isinstance(code, int) and 128 < code <= 128 + 64:
             signum, code = code - 128, None
         peak = self.meter.peak_memory_mb()
-        outcome = Outcome(
+        outcome = Measurement(
             returncode=code if signum is None else -signum,
             stdout=self.stdout,
             stderr=self.stderr,

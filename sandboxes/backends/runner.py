@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..cgroups import CgroupError, Cgroups, JobCgroup
-from ..job import Command, CommandResult, Job, Limits, Maxima, Result, Verdict
+from ..job import Command, CommandResult, Job, Maxima, Result, RunLimits, RunVerdict
 from ..output import Pump, Stream, decode
 from ..storage import StorageFull, clear, copy_tree, full, release_path
 from .slots import Slot, SlotError, SlotPool, make_slot, script, wait_readable
@@ -112,12 +112,12 @@ def take_cpu_wait_s() -> float:
     return total
 
 
-def hard_wall_s(limits: Limits) -> float:
+def hard_wall_s(limits: RunLimits) -> float:
     """Absolute wall-clock cap: the backstop stretched for load, so only a starved program can reach it."""
     return limits.wall_backstop_s * 5 + 5
 
 
-def cpu_rlimit(limits: Limits, cgroup: bool, init: bool = False) -> tuple[int, int]:
+def cpu_rlimit(limits: RunLimits, cgroup: bool, init: bool = False) -> tuple[int, int]:
     """RLIMIT_CPU (soft, hard): a second line behind the cgroup poll, or the first line without cgroups.
 
     The soft limit sends SIGXCPU, the hard one SIGKILL; a pid namespace's init (the program under nsjail)
@@ -192,14 +192,14 @@ class Launch:
 
 
 @dataclass
-class Outcome:
+class Measurement:
     """What the runner measured for one command, before anyone decides a verdict."""
 
     returncode: int | None
     stdout: Stream
     stderr: Stream
     log: str
-    kill_reason: Verdict | None
+    kill_reason: RunVerdict | None
     kill_detail: str
     cpu_s: float
     wall_s: float
@@ -227,7 +227,9 @@ class Runner:
         self.poll_s = poll_s
         self.slots = SlotPool(make or (lambda: make_slot(cgroups)), warm)
 
-    def run(self, launch: Launch, command: Command, box: Path | None = None, keep: bool = True) -> Outcome:
+    def run(
+        self, launch: Launch, command: Command, box: Path | None = None, keep: bool = True
+    ) -> Measurement:
         """Run to completion (or to a limit) and return the measurements; always removes the slot.
 
         For a slot with a directory of its own (a jail's /box), `box`'s entries are moved in before the
@@ -259,7 +261,7 @@ class Runner:
                     _move_entries(slot.box, box)
             self.slots.release(slot)
 
-    def _run(self, slot: Slot, launch: Launch, command: Command) -> Outcome:
+    def _run(self, slot: Slot, launch: Launch, command: Command) -> Measurement:
         limits = command.limits
         proc, group = slot.proc, slot.group
         watch = _Watch(proc, group, limits, slot.waiting_pid)
@@ -296,7 +298,7 @@ class Runner:
         add_cpu_wait_s(watch.waited)
         cpu = group.cpu_s() if group is not None else watch.rusage_cpu
         peak = group.peak_memory_mb() if group is not None else watch.rusage_peak_mb
-        return Outcome(
+        return Measurement(
             returncode=watch.returncode,
             stdout=streams["stdout"],
             stderr=streams["stderr"],
@@ -317,7 +319,7 @@ class _Watch:
     """The watchdog that `Pump` ticks: reaps the main process, enforces CPU, wall and output limits."""
 
     def __init__(
-        self, proc: subprocess.Popen[bytes], group: JobCgroup | None, limits: Limits, main_pid: int
+        self, proc: subprocess.Popen[bytes], group: JobCgroup | None, limits: RunLimits, main_pid: int
     ) -> None:
         self.proc = proc
         self.main_pid = main_pid
@@ -328,7 +330,7 @@ class _Watch:
         self.status: int | None = None
         self.rusage_cpu = 0.0
         self.rusage_peak_mb: float | None = None
-        self.reason: Verdict | None = None
+        self.reason: RunVerdict | None = None
         self.detail = ""
         self.ended_at: float | None = None
         self.killed_at: float | None = None
@@ -378,21 +380,23 @@ class _Watch:
         limits = self.limits
         elapsed = now - self.start
         if self.pump is not None and self.pump.over_cap("stdout"):
-            self._stop(Verdict.output_limit, f"stdout passed {limits.output_bytes} bytes")
+            self._stop(RunVerdict.output_limit, f"stdout passed {limits.output_bytes} bytes")
         elif self.group is not None and self.group.cpu_s() > limits.cpu_s:
-            self._stop(Verdict.time_limit, f"CPU time of the process tree passed {limits.cpu_s:g} s")
+            self._stop(RunVerdict.time_limit, f"CPU time of the process tree passed {limits.cpu_s:g} s")
         elif elapsed > limits.wall_backstop_s and now >= self._next_starve_check:
             self._next_starve_check = now + 0.1
             starved = self._starved_s()
             self.waited = max(self.waited, starved)
             if elapsed >= hard_wall_s(limits):
                 if starved > elapsed / 2:
-                    self._stop(Verdict.sandbox_error, f"machine overloaded: waited {starved:.1f} s for a CPU")
+                    self._stop(
+                        RunVerdict.sandbox_error, f"machine overloaded: waited {starved:.1f} s for a CPU"
+                    )
                 else:
-                    self._stop(Verdict.time_limit, f"wall-clock hard cap {hard_wall_s(limits):g} s")
+                    self._stop(RunVerdict.time_limit, f"wall-clock hard cap {hard_wall_s(limits):g} s")
             elif elapsed - starved > limits.wall_backstop_s:
                 self._stop(
-                    Verdict.time_limit,
+                    RunVerdict.time_limit,
                     f"wall-clock backstop {limits.wall_backstop_s:g} s (sleeping or blocked)",
                 )
 
@@ -400,7 +404,7 @@ class _Watch:
         """Longest time any live task of the tree has waited for a CPU (runnable, not running)."""
         return longest_cpu_wait_s(self.group.threads()[:32] if self.group is not None else [self.main_pid])
 
-    def _stop(self, reason: Verdict, detail: str) -> None:
+    def _stop(self, reason: RunVerdict, detail: str) -> None:
         self.reason, self.detail = reason, detail
         self.kill()
         self.killed_at = time.monotonic()
@@ -477,8 +481,8 @@ def runtime_out_of_memory(stderr: str, markers: tuple[str, ...]) -> bool:
 
 def judge(
     name: str,
-    outcome: Outcome,
-    limits: Limits,
+    measured: Measurement,
+    limits: RunLimits,
     exit_code: int | None,
     signum: int | None,
     detail: str = "",
@@ -489,65 +493,68 @@ def judge(
 
     The program could print those words itself, but only to turn its own failure into another failure.
     """
-    if outcome.kill_reason is not None and exit_code is None and signum is None:
+    if measured.kill_reason is not None and exit_code is None and signum is None:
         signum = signal.SIGKILL  # we killed it before it reported a status of its own
     failed = bool(exit_code) or signum is not None
-    verdict, why = Verdict.ok, detail
-    if outcome.kill_reason is not None:
-        verdict, why = outcome.kill_reason, outcome.kill_detail
-    elif outcome.stdout.truncated:
-        verdict, why = Verdict.output_limit, f"stdout passed {limits.output_bytes} bytes"
-    elif outcome.oom_kills:
-        verdict, why = Verdict.memory_limit, f"memory limit {limits.memory_mb} MB (OOM kill)"
-    elif signum == signal.SIGKILL and outcome.memory_failures:
+    verdict, why = RunVerdict.ok, detail
+    if measured.kill_reason is not None:
+        verdict, why = measured.kill_reason, measured.kill_detail
+    elif measured.stdout.truncated:
+        verdict, why = RunVerdict.output_limit, f"stdout passed {limits.output_bytes} bytes"
+    elif measured.oom_kills:
+        verdict, why = RunVerdict.memory_limit, f"memory limit {limits.memory_mb} MB (OOM kill)"
+    elif signum == signal.SIGKILL and measured.memory_failures:
         # Kernels without an oom_kill counter: killed while the cgroup was at its memory limit.
-        verdict, why = Verdict.memory_limit, f"memory limit {limits.memory_mb} MB (killed at the limit)"
-    elif signum == signal.SIGXCPU or (outcome.cgroup and outcome.cpu_s > limits.cpu_s):
-        verdict, why = Verdict.time_limit, f"CPU time passed {limits.cpu_s:g} s"
-    elif signum == signal.SIGKILL and not outcome.cgroup and outcome.cpu_s >= 0.9 * limits.cpu_s:
+        verdict, why = RunVerdict.memory_limit, f"memory limit {limits.memory_mb} MB (killed at the limit)"
+    elif signum == signal.SIGXCPU or (measured.cgroup and measured.cpu_s > limits.cpu_s):
+        verdict, why = RunVerdict.time_limit, f"CPU time passed {limits.cpu_s:g} s"
+    elif signum == signal.SIGKILL and not measured.cgroup and measured.cpu_s >= 0.9 * limits.cpu_s:
         # RLIMIT_CPU's kill; rusage, counted in ticks, may read a little under the limit that fired.
-        verdict, why = Verdict.time_limit, f"CPU time passed {limits.cpu_s:g} s (RLIMIT_CPU)"
+        verdict, why = RunVerdict.time_limit, f"CPU time passed {limits.cpu_s:g} s (RLIMIT_CPU)"
     elif signum == signal.SIGXFSZ:
-        verdict, why = Verdict.output_limit, f"a file passed the file size limit of {limits.file_size_mb} MB"
-    elif outcome.storage_full:
-        verdict, why = Verdict.output_limit, outcome.storage_full
-    elif failed and oom_markers and runtime_out_of_memory(outcome.stderr.text(), oom_markers):
         verdict, why = (
-            Verdict.memory_limit,
+            RunVerdict.output_limit,
+            f"a file passed the file size limit of {limits.file_size_mb} MB",
+        )
+    elif measured.storage_full:
+        verdict, why = RunVerdict.output_limit, measured.storage_full
+    elif failed and oom_markers and runtime_out_of_memory(measured.stderr.text(), oom_markers):
+        verdict, why = (
+            RunVerdict.memory_limit,
             f"memory limit {limits.memory_mb} MB (the runtime ran out of memory)",
         )
-    elif failed and not outcome.cgroup and _looks_out_of_memory(outcome, limits):
-        verdict, why = Verdict.memory_limit, f"memory limit {limits.memory_mb} MB (rlimit, no cgroup)"
+    elif failed and not measured.cgroup and _looks_out_of_memory(measured, limits):
+        verdict, why = RunVerdict.memory_limit, f"memory limit {limits.memory_mb} MB (rlimit, no cgroup)"
     elif failed:
-        verdict = Verdict.runtime_error
+        verdict = RunVerdict.runtime_error
         why = f"killed by {signal_name(signum)}" if signum is not None else f"exit code {exit_code}"
-    if outcome.pids_refused and verdict is not Verdict.ok:
-        why += f"; the process limit ({limits.processes}) refused {outcome.pids_refused} forks"
+    if measured.pids_refused and verdict is not RunVerdict.ok:
+        why += f"; the process limit ({limits.processes}) refused {measured.pids_refused} forks"
     return CommandResult(
         name=name,
         verdict=verdict,
         exit_code=exit_code,
         signal=signum,
-        cpu_s=outcome.cpu_s,
-        wall_s=outcome.wall_s,
-        peak_memory_mb=outcome.peak_memory_mb,
-        stdout=outcome.stdout.text(),
-        stderr=outcome.stderr.text(),
-        stdout_truncated=outcome.stdout.truncated,
-        stderr_truncated=outcome.stderr.truncated,
+        cpu_s=measured.cpu_s,
+        wall_s=measured.wall_s,
+        peak_memory_mb=measured.peak_memory_mb,
+        stdout=measured.stdout.text(),
+        stderr=measured.stderr.text(),
+        stdout_truncated=measured.stdout.truncated,
+        stderr_truncated=measured.stderr.truncated,
         detail=why,
     )
 
 
-def _looks_out_of_memory(outcome: Outcome, limits: Limits) -> bool:
-    peak = outcome.peak_memory_mb or 0
-    tail = decode(bytes(outcome.stderr.data[-4096:]))
+def _looks_out_of_memory(measured: Measurement, limits: RunLimits) -> bool:
+    peak = measured.peak_memory_mb or 0
+    tail = decode(bytes(measured.stderr.data[-4096:]))
     return peak >= 0.8 * limits.memory_mb or any(word in tail for word in OOM_WORDS)
 
 
 def sandbox_error(name: str, detail: str, wall_s: float = 0.0) -> CommandResult:
     """A result saying the machinery failed (not the program)."""
-    return CommandResult(name=name, verdict=Verdict.sandbox_error, wall_s=wall_s, detail=detail)
+    return CommandResult(name=name, verdict=RunVerdict.sandbox_error, wall_s=wall_s, detail=detail)
 
 
 def clamp_job(job: Job, maxima: Maxima | None) -> Job:
@@ -583,14 +590,14 @@ def run_job(
             try:
                 result = one(workdir, command)
             except StorageFull as exc:
-                result = CommandResult(name=command.name, verdict=Verdict.output_limit, detail=str(exc))
+                result = CommandResult(name=command.name, verdict=RunVerdict.output_limit, detail=str(exc))
             except (CgroupError, SlotError) as exc:
                 result = sandbox_error(command.name, str(exc))
             except Exception as exc:  # noqa: BLE001 - a machinery failure is a result, never an exception
                 log.exception("sandbox machinery failed")
                 result = sandbox_error(command.name, f"{type(exc).__name__}: {exc}")
             results.append(result)
-            if result.verdict is not Verdict.ok and not job.keep_going:
+            if result.verdict is not RunVerdict.ok and not job.keep_going:
                 break
         limit = max(c.limits.file_size_mb for c in job.commands) * MB
         files = workdir.fetch(job.fetch, max(limit, 1)) if job.fetch else {}

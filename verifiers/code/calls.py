@@ -19,8 +19,9 @@ import secrets
 from collections.abc import Sequence
 from typing import Any
 
-from proctor.sandboxes.job import Backend, CommandResult, Limits, Verdict
-from proctor.sandboxes.languages import CompileOutcome, Language, Submission, get_language
+from proctor.sandboxes.job import Backend, CommandResult, CompileOutcome, RunLimits, RunVerdict
+from proctor.sandboxes.languages import Language, get_language
+from proctor.sandboxes.program import Submission
 from proctor.sandboxes.warm import CallResult
 from proctor.verifiers.code import harness, signature
 from proctor.verifiers.code.signature import Mismatch, Signature, Unsupported
@@ -49,7 +50,7 @@ class HarnessProgram:
         *,
         entry_point: str,
         method_of: str | None = None,
-        limits: Limits | None = None,
+        limits: RunLimits | None = None,
         backend: Backend | str | None = None,
         extra_names: Sequence[str] = (),
     ):
@@ -62,7 +63,7 @@ class HarnessProgram:
         # Functions besides the entry point the caller will call (an assert script's candidate_names); in
         # JavaScript, where no signature is parsed, they join the harness's table even if no pattern found them.
         self.extra_names = list(extra_names)
-        self.limits = limits or Limits()
+        self.limits = limits or RunLimits()
         self.backend = backend
         self.signatures: dict[str, Signature] = {}
         self.names: list[str] = []
@@ -162,17 +163,21 @@ class HarnessProgram:
         kwargs: dict[str, Any] | None = None,
         *,
         method_of: str | None = None,
-        limits: Limits | None = None,
+        limits: RunLimits | None = None,
     ) -> CallResult:
         """Call `name(*args)` in a fresh process of the compiled harness; the value comes back as plain data."""
         limits = limits or self.limits
         outcome = self.start()
         if not outcome.ok or self._submission is None:
-            verdict = Verdict.sandbox_error if outcome.status == "sandbox_error" else Verdict.runtime_error
+            verdict = (
+                RunVerdict.sandbox_error if outcome.status == "sandbox_error" else RunVerdict.runtime_error
+            )
             return CallResult(result=_failure(name, verdict, f"the program is not loaded: {outcome.status}"))
         problem = "keyword arguments are Python-only" if kwargs else self.check(name, args)
         if problem is not None:
-            return CallResult(result=_failure(name, Verdict.runtime_error, f"cannot call {name}: {problem}"))
+            return CallResult(
+                result=_failure(name, RunVerdict.runtime_error, f"cannot call {name}: {problem}")
+            )
         marker = secrets.token_hex(12)
         stdin = self._request(marker, name, args, method_of or self.method_of)
         result = self._submission.run(stdin, limits)
@@ -180,13 +185,13 @@ class HarnessProgram:
 
     def _judge(self, result: CommandResult, marker: str, name: str) -> CallResult:
         called = CallResult(result=result)
-        if result.verdict is not Verdict.ok or result.stdout_truncated:
+        if result.verdict is not RunVerdict.ok or result.stdout_truncated:
             return called
         # split("\n"), not splitlines(): JSON.stringify leaves U+2028, U+2029 and U+0085 raw inside strings,
         # and splitlines() would cut a correct record there.
         records = [line for line in result.stdout.split("\n") if line.startswith(marker + " ")]
         if not records:
-            result.verdict = Verdict.runtime_error
+            result.verdict = RunVerdict.runtime_error
             result.detail = f"the call ended without returning (exit status {result.exit_code})"
             return called
         called.returned = True
@@ -213,5 +218,5 @@ class HarnessProgram:
         return called
 
 
-def _failure(name: str, verdict: Verdict, detail: str) -> CommandResult:
+def _failure(name: str, verdict: RunVerdict, detail: str) -> CommandResult:
     return CommandResult(name=name, verdict=verdict, detail=detail)

@@ -70,10 +70,11 @@ from pydantic import (
 from proctor.contract import Status, Verdict
 from proctor.registry import BaseOptions, Example, VerifierSpec, register_verifier
 from proctor.sandboxes import warm_server
+from proctor.sandboxes.backends import resolve_backend
 from proctor.sandboxes.backends.runner import take_cpu_wait_s
-from proctor.sandboxes.job import CommandResult, Limits
-from proctor.sandboxes.job import Verdict as RunVerdict
-from proctor.sandboxes.languages import NotCompiled, Submission, get_language, resolve_backend
+from proctor.sandboxes.job import CommandResult, RunLimits, RunVerdict, SandboxFailure
+from proctor.sandboxes.languages import get_language
+from proctor.sandboxes.program import Caller, NotCompiled, Submission
 from proctor.sandboxes.warm import CallResult, WarmPython
 from proctor.settings import get_settings
 from proctor.verifiers.code.calls import TYPED, HarnessProgram
@@ -93,8 +94,8 @@ MAX_CASES = 10_000
 MAX_DETAILS = 100
 MIB = 1024 * 1024
 UNCAPPED_OUTPUT = 16 * MIB
-CHECKER_LIMITS = Limits(cpu_s=10.0, memory_mb=1024)
-SCRIPT_LIMITS = Limits(cpu_s=10.0, memory_mb=1024)
+CHECKER_LIMITS = RunLimits(cpu_s=10.0, memory_mb=1024)
+SCRIPT_LIMITS = RunLimits(cpu_s=10.0, memory_mb=1024)
 CALIBRATION_CACHE = 256
 FAILED_VERDICTS = ("runtime_error", "time_limit", "memory_limit", "output_limit")
 DEADLINE_S = 60.0  # the verifier pool's default deadline for one item (options.deadline_s overrides it)
@@ -478,10 +479,6 @@ class CodeOptions(BaseOptions):
     )
 
 
-class SandboxFailure(Exception):
-    """The machinery failed (a sandbox_error): the score carries that status, never a reward."""
-
-
 class CheckerFailure(Exception):
     """The task's own checker or reference solution failed: a verifier_error."""
 
@@ -514,8 +511,8 @@ class TestResult:
 
 
 @dataclass
-class Outcome:
-    """Everything a format's runner reports back."""
+class JudgedRun:
+    """Everything a format's run of one submission reports back: compiled or not, and each test as judged."""
 
     compiled: bool
     results: list[TestResult] = field(default_factory=list)
@@ -569,7 +566,7 @@ class Budget:
         self.discount += wait
         return wall - wait
 
-    def limits(self, limits: Limits) -> Limits:
+    def limits(self, limits: RunLimits) -> RunLimits:
         """`limits` with the wall backstop cut to what is left, so one test cannot overrun the budget."""
         left = self.left_s()
         if left >= limits.wall_backstop_s:
@@ -638,7 +635,7 @@ class Judge:
         self,
         reference: CodeReference,
         options: CodeOptions,
-        limits: Limits,
+        limits: RunLimits,
         stop: bool,
         cpu_s: list[float] | None = None,
         budget: Budget | None = None,
@@ -652,7 +649,7 @@ class Judge:
         self.backend = resolve_backend(None)
         self.budget = budget or Budget(None)
 
-    def limits_for(self, index: int) -> Limits:
+    def limits_for(self, index: int) -> RunLimits:
         """The limits of test `index`."""
         if self.cpu_s is None:
             return self.limits
@@ -674,13 +671,13 @@ class Judge:
         # sleeps (or blocks) under the wall backstop on every test stops after MAX_TIME_LIMITS of them.
         return sum(r.verdict == "time_limit" or r.slow for r in results) >= MAX_TIME_LIMITS
 
-    def _out_of_time(self, run: Outcome) -> bool:
+    def _out_of_time(self, run: JudgedRun) -> bool:
         """Whether the budget is spent (then the tests not run count as time_limit)."""
         if self.budget.spent():
             run.budget_spent = True
         return run.budget_spent
 
-    def run(self, code: str) -> Outcome:
+    def run(self, code: str) -> JudgedRun:
         """Compile or load the program once and run every test."""
         tests = self.reference.tests
         if isinstance(tests, StdioTests):
@@ -691,8 +688,8 @@ class Judge:
 
     # -- stdio ---------------------------------------------------------------------------------------
 
-    def _stdio(self, code: str, tests: StdioTests) -> Outcome:
-        run = Outcome(compiled=False, total=len(tests.cases))
+    def _stdio(self, code: str, tests: StdioTests) -> JudgedRun:
+        run = JudgedRun(compiled=False, total=len(tests.cases))
         checker = Checker(tests.checker, self.backend, self.budget) if tests.checker else None
         try:
             with Submission(
@@ -746,21 +743,8 @@ class Judge:
 
     def _run_batch(self, program: Submission, first: int, stdins: list[str]) -> list[CommandResult]:
         """Run tests first, first+1, ... each under its own limits; stops after the first that does not end ok."""
-        if program.warm:
-            results: list[CommandResult] = []
-            for offset, stdin in enumerate(stdins):
-                results.append(program.run(stdin, self.budget.limits(self.limits_for(first + offset))))
-                if results[-1].verdict is not RunVerdict.ok:
-                    break
-            return results
-        commands = [
-            program.command(
-                stdin, self.budget.limits(self.limits_for(first + offset)), name=f"test{first + offset}"
-            )
-            for offset, stdin in enumerate(stdins)
-        ]
-        outcome = program.backend.run(program.job(commands, keep_going=False))
-        return [program.language.judge(result) for result in outcome.commands]
+        limits = [self.budget.limits(self.limits_for(first + offset)) for offset in range(len(stdins))]
+        return program.run_batch(stdins, limits, first=first, stop_on_failure=True)
 
     def _judge_stdio(
         self, case: StdioCase, result: CommandResult, tests: StdioTests, checker: Checker | None
@@ -781,15 +765,16 @@ class Judge:
     def _load(
         self,
         code: str,
-        run: Outcome,
+        run: JudgedRun,
         entry_point: str,
         method_of: str | None = None,
         extra_names: list[str] | None = None,
-    ) -> Any:
+    ) -> Caller | None:
         """The candidate loaded for calls: a WarmPython (Python) or a HarnessProgram (the others); None when
         it did not load (run says why). `extra_names`: functions besides the entry point that will be called."""
+        program: Caller
         if self.reference.language == "python":
-            program: Any = WarmPython(
+            program = WarmPython(
                 code, mode="call", limits=self.limits, backend=self.backend, max_restarts=MAX_RESTARTS
             )
         else:
@@ -813,8 +798,8 @@ class Judge:
             return None
         return program
 
-    def _call(self, code: str, tests: CallTests) -> Outcome:
-        run = Outcome(compiled=False, total=len(tests.cases))
+    def _call(self, code: str, tests: CallTests) -> JudgedRun:
+        run = JudgedRun(compiled=False, total=len(tests.cases))
         program = self._load(code, run, tests.entry_point, tests.method_of)
         if program is None:
             return run
@@ -860,7 +845,7 @@ class Judge:
 
     # -- assert script -------------------------------------------------------------------------------
 
-    def _script(self, code: str, tests: AssertScriptTests) -> Outcome:
+    def _script(self, code: str, tests: AssertScriptTests) -> JudgedRun:
         # The script sees the candidate's entry point and the names the reference lists, nothing else of the
         # candidate's: a candidate's `abs`, `set` or `poly` never replaces a name of the judge's asserts.
         names = tests.bound_names()
@@ -868,7 +853,7 @@ class Judge:
         missing = found.missing(names)
         if missing:
             raise CheckerFailure(_missing_message(missing))
-        run = Outcome(compiled=False, total=1)
+        run = JudgedRun(compiled=False, total=1)
         program = self._load(code, run, tests.entry_point, extra_names=names)
         if program is None:
             return run
@@ -1046,7 +1031,7 @@ def reference_cpu_s(reference: CodeReference, options: CodeOptions, memory_mb: i
         if key in _calibrations:
             _calibrations.move_to_end(key)
             return _calibrations[key]
-    limits = Limits(cpu_s=MAX_CPU_S, memory_mb=memory_mb, output_bytes=UNCAPPED_OUTPUT)
+    limits = RunLimits(cpu_s=MAX_CPU_S, memory_mb=memory_mb, output_bytes=UNCAPPED_OUTPUT)
     probe = options.model_copy(update={"reward": "all_pass", "stop_on_first_failure": True})
     run = Judge(reference, probe, limits, stop=True).run(reference.reference_solution or "")
     failed = next((r for r in run.results if not r.passed), None)
@@ -1079,7 +1064,7 @@ def calibrated_cpu_s(reference_s: float, options: CodeOptions) -> float:
 
 def test_limits(
     reference: CodeReference, options: CodeOptions
-) -> tuple[Limits, list[float] | None, dict[str, Any]]:
+) -> tuple[RunLimits, list[float] | None, dict[str, Any]]:
     """The limits shared by every test, the CPU limit of each test (None: `limits.cpu_s` for all), and how
     they were chosen."""
     given = reference.limits or CodeLimits()
@@ -1101,7 +1086,7 @@ def test_limits(
     else:
         cpu = given.cpu_s or DEFAULT_CPU_S
         how.update(cpu_s=cpu, cpu_from="limits" if given.cpu_s else "default")
-    limits = Limits(cpu_s=cpu, memory_mb=memory, output_bytes=output_cap(reference.tests))
+    limits = RunLimits(cpu_s=cpu, memory_mb=memory, output_bytes=output_cap(reference.tests))
     return limits, per_test, how
 
 
@@ -1142,7 +1127,7 @@ def score_code(response: str, reference: CodeReference, options: CodeOptions) ->
     return _verdict(run, options, details)
 
 
-def _verdict(run: Outcome, options: CodeOptions, details: dict[str, Any]) -> Verdict:
+def _verdict(run: JudgedRun, options: CodeOptions, details: dict[str, Any]) -> Verdict:
     passed = sum(r.passed for r in run.results)
     fraction = passed / run.total if run.total else 0.0
     first = next((r for r in run.results if not r.passed), None)

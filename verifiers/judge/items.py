@@ -16,13 +16,12 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from proctor.sandboxes.job import Command, File, Job, Limits
-from proctor.sandboxes.job import Verdict as RunVerdict
-from proctor.sandboxes.languages import resolve_backend
+from proctor.sandboxes.backends import resolve_backend
+from proctor.sandboxes.job import Command, File, Job, RunLimits, RunVerdict
 from proctor.verifiers.patterns import pattern_error, regex_matches
 
 MAX_ITEMS = 100
-CHECK_LIMITS = Limits(cpu_s=5.0, memory_mb=256, processes=8, output_bytes=64 * 1024)
+CHECK_LIMITS = RunLimits(cpu_s=5.0, memory_mb=256, processes=8, output_bytes=64 * 1024)
 MARKER = "proctor-item-met:"
 _HARNESS = f"""\
 import json

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 import random
-from collections import Counter, defaultdict
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -59,7 +59,7 @@ class GoldResult:
 
 
 @dataclass
-class Outcome:
+class Comparison:
     """A comparison's verdict: match, the reason when not, and the first differing row."""
 
     match: bool
@@ -210,30 +210,32 @@ def first_difference(gold: list[Row], pred: list[Row], rel_tol: float, abs_tol: 
     }
 
 
-def compare_strict(gold: GoldResult, pred: Result, rel_tol: float = 1e-6, abs_tol: float = 0.0) -> Outcome:
+def compare_strict(gold: GoldResult, pred: Result, rel_tol: float = 1e-6, abs_tol: float = 0.0) -> Comparison:
     """The `strict` comparator (see the module docstring)."""
     g_rows, p_rows = gold.result.rows, pred.rows
     g_cols, p_cols = len(gold.result.columns), len(pred.columns)
     if g_cols != p_cols:
-        return Outcome(False, "columns", {"gold_columns": g_cols, "predicted_columns": p_cols})
+        return Comparison(False, "columns", {"gold_columns": g_cols, "predicted_columns": p_cols})
     counts = {"gold_rows": len(g_rows), "predicted_rows": len(p_rows)}
     same_bag, _ = bag_equal(g_rows, p_rows, rel_tol, abs_tol)
     if not gold.ordered:
         if same_bag:
-            return Outcome(True)
-        return Outcome(False, "rows", {**counts, **first_difference(g_rows, p_rows, rel_tol, abs_tol)})
+            return Comparison(True)
+        return Comparison(False, "rows", {**counts, **first_difference(g_rows, p_rows, rel_tol, abs_tol)})
     if len(g_rows) != len(p_rows):
-        return Outcome(False, "rows", {**counts, **first_difference(g_rows, p_rows, rel_tol, abs_tol)})
+        return Comparison(False, "rows", {**counts, **first_difference(g_rows, p_rows, rel_tol, abs_tol)})
     position = ordered_mismatch(gold, p_rows, rel_tol, abs_tol)
     if position is None:
-        return Outcome(True)
+        return Comparison(True)
     where = {"first_differing_position": position, "gold_row": show_row(g_rows[position])}
     where["predicted_row"] = show_row(p_rows[position])
     if same_bag:
-        return Outcome(False, "order", {**counts, **where})
+        return Comparison(False, "order", {**counts, **where})
     if gold.ties and sub_bag_with_ties(gold, p_rows, rel_tol, abs_tol):
-        return Outcome(False, "order", {**counts, **where})
-    return Outcome(False, "rows", {**counts, **where, **first_difference(g_rows, p_rows, rel_tol, abs_tol)})
+        return Comparison(False, "order", {**counts, **where})
+    return Comparison(
+        False, "rows", {**counts, **where, **first_difference(g_rows, p_rows, rel_tol, abs_tol)}
+    )
 
 
 def sub_bag_with_ties(gold: GoldResult, pred: list[Row], rel_tol: float, abs_tol: float) -> bool:
@@ -289,19 +291,6 @@ def _quick_rej(result1: list[Row], result2: list[Row], order_matters: bool) -> b
     s1 = [_unorder_row(row) for row in result1]
     s2 = [_unorder_row(row) for row in result2]
     return s1 == s2 if order_matters else set(s1) == set(s2)
-
-
-def _multiset_eq(l1: list[Row], l2: list[Row]) -> bool:
-    if len(l1) != len(l2):
-        return False
-    counts: dict[Row, int] = defaultdict(int)
-    for row in l1:
-        counts[row] += 1
-    for row in l2:
-        counts[row] -= 1
-        if counts[row] < 0:
-            return False
-    return True
 
 
 def spider_result_eq(result1: list[Row], result2: list[Row], order_matters: bool) -> bool:

@@ -22,7 +22,7 @@ from proctor.contract import Status, Verdict
 from proctor.registry import BaseOptions, Example, VerifierSpec, register_verifier
 from proctor.settings import get_settings
 from proctor.verifiers.sql import compare
-from proctor.verifiers.sql.compare import GoldResult, Outcome, Result
+from proctor.verifiers.sql.compare import Comparison, GoldResult, Result
 from proctor.verifiers.sql.databases import (
     ConfigError,
     Failure,
@@ -280,23 +280,23 @@ def _with_ties(target: _Target, tree: Any, gold: GoldResult, options: SqlOptions
     return gold
 
 
-def compare_with(gold: GoldResult, pred: Result, gold_sql: str, options: SqlOptions) -> Outcome:
+def compare_with(gold: GoldResult, pred: Result, gold_sql: str, options: SqlOptions) -> Comparison:
     """Apply the chosen comparator."""
     if options.comparator == "strict":
         return compare.compare_strict(gold, pred, options.rel_tol, options.abs_tol)
     if options.comparator == "bird":
         if compare.bird_eq(gold.result.rows, pred.rows):
-            return Outcome(True)
-        return Outcome(False, "rows", {"rule": "bird: set(predicted) == set(gold)"})
+            return Comparison(True)
+        return Comparison(False, "rows", {"rule": "bird: set(predicted) == set(gold)"})
     order = compare.spider_order_matters(gold_sql)
     if compare.spider_result_eq(gold.result.rows, pred.rows, order):
-        return Outcome(True)
+        return Comparison(True)
     reason = (
         "columns"
         if gold.result.rows and pred.rows and len(gold.result.rows[0]) != len(pred.rows[0])
         else "rows"
     )
-    return Outcome(False, reason, {"rule": "spider test-suite result_eq", "order_matters": order})
+    return Comparison(False, reason, {"rule": "spider test-suite result_eq", "order_matters": order})
 
 
 def _components(
@@ -405,7 +405,7 @@ def _mismatch_on(
     pred = target.run(pred_sql, options.timeout_s, options.max_rows)
     if isinstance(pred, Failure):
         return {"copy_reason": pred.code, "error": pred.message}
-    first: Outcome | None = None
+    first: Comparison | None = None
     for gold in golds:
         outcome = compare_with(gold_result(target, gold, options), pred, gold, options)
         if outcome.match:

@@ -49,9 +49,17 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from proctor.cache import LRUCache
 from proctor.contract import Status, Verdict
 from proctor.registry import BaseOptions, Example, VerifierSpec, register_verifier
-from proctor.sandboxes.job import Command, CommandResult, File, Job, Limits, Result
-from proctor.sandboxes.job import Verdict as RunVerdict
-from proctor.sandboxes.languages import resolve_backend
+from proctor.sandboxes.backends import resolve_backend
+from proctor.sandboxes.job import (
+    Command,
+    CommandResult,
+    File,
+    Job,
+    Result,
+    RunLimits,
+    RunVerdict,
+    SandboxFailure,
+)
 from proctor.settings import get_settings
 from proctor.verifiers.verilog import formal
 from proctor.verifiers.verilog.harness import (
@@ -93,7 +101,7 @@ YOSYS = "/usr/bin/yosys"
 YOSYS_ABC = "/usr/bin/yosys-abc"
 MIB = 1024 * 1024
 MAX_SOURCE = 1 * MIB
-TOOL_LIMITS = Limits(cpu_s=20.0, memory_mb=1024, processes=16, output_bytes=4 * MIB, file_size_mb=64)
+TOOL_LIMITS = RunLimits(cpu_s=20.0, memory_mb=1024, processes=16, output_bytes=4 * MIB, file_size_mb=64)
 CACHE_SIZE = 128
 VVP_PORT = re.compile(r'^\s*\.port_info \d+ /(INPUT|OUTPUT|INOUT) (\d+) "([^"]+)";')
 FORMAL_COMPONENT = {"equivalent": 1.0, "not_equivalent": 0.0, "inconclusive": 0.5}
@@ -232,10 +240,6 @@ class VerilogOptions(BaseOptions):
         return value
 
 
-class SandboxFailure(Exception):
-    """The sandbox itself failed: the score is a sandbox_error, never a reward."""
-
-
 class ReferenceFailure(Exception):
     """The reference (module or testbench) does not build or does not pass: a verifier_error."""
 
@@ -269,8 +273,8 @@ def request_budget(deadline_s: float | None) -> Budget:
 
 
 def fit_to_budget(
-    commands: list[tuple[str, list[str], Limits]], cpu_left: float
-) -> list[tuple[str, list[str], Limits]]:
+    commands: list[tuple[str, list[str], RunLimits]], cpu_left: float
+) -> list[tuple[str, list[str], RunLimits]]:
     """The commands with their CPU limits scaled down (in proportion) so that together they fit `cpu_left`."""
     total = sum(limits.cpu_s for _, _, limits in commands)
     factor = min(1.0, cpu_left / total) if total > 0 else 1.0
@@ -287,7 +291,7 @@ def fit_to_budget(
 
 
 def run_job(
-    files: dict[str, str], commands: list[tuple[str, list[str], Limits]], fetch: tuple[str, ...] = ()
+    files: dict[str, str], commands: list[tuple[str, list[str], RunLimits]], fetch: tuple[str, ...] = ()
 ) -> Result:
     """Run tool commands in one fresh sandbox folder (keep going past failures); sandbox errors raise.
     Under a request's budget the commands share what is left of it, and OutOfTime raises when it is spent."""
@@ -331,7 +335,7 @@ def tool_message(result: CommandResult | None) -> str:
     return (text or result.detail or result.verdict.value)[-2000:]
 
 
-def tool_limits(cpu_s: float, options: VerilogOptions, output_mb: int = 4) -> Limits:
+def tool_limits(cpu_s: float, options: VerilogOptions, output_mb: int = 4) -> RunLimits:
     """Limits for one tool run, within the operator's maxima (asked-for options above them are 422s; this
     also bounds the defaults and the candidate's testbench floor)."""
     settings = get_settings()
@@ -368,7 +372,12 @@ def ports_from_vvp(compiled: str, module: str) -> list[Port]:
 
 
 def sim_commands(
-    name: str, files: list[str], roots: list[str], secret: str, compile_limits: Limits, run_limits: Limits
+    name: str,
+    files: list[str],
+    roots: list[str],
+    secret: str,
+    compile_limits: RunLimits,
+    run_limits: RunLimits,
 ) -> list:
     """Compile (iverilog -g2012) and run (vvp, dumping off) one simulation."""
     tops = [arg for root in roots for arg in ("-s", root)]
@@ -419,7 +428,7 @@ def reference_key(reference: VerilogReference, options: VerilogOptions | None = 
     return hashlib.sha256(payload.encode()).hexdigest()
 
 
-def reference_limits(cpu_s: float, output_mb: int = 4) -> Limits:
+def reference_limits(cpu_s: float, output_mb: int = 4) -> RunLimits:
     """Limits of one of the reference's own tool runs: its own budget, within the operator's maxima."""
     settings = get_settings()
     return TOOL_LIMITS.model_copy(
