@@ -41,7 +41,8 @@ def _java_harness_language() -> Language:
 
 
 class HarnessProgram:
-    """A non-Python candidate wrapped in a call harness: `start()` compiles it, `call()` runs one call."""
+    """A non-Python candidate wrapped in a call harness: `start()` compiles it, `call()` runs one call (a
+    `sandboxes.program.Caller`, like `WarmPython` in call mode)."""
 
     def __init__(
         self,
