@@ -146,15 +146,6 @@ class Stats:
             for name, value in counts.items():
                 setattr(self, name, getattr(self, name) + value)
 
-    def snapshot(self) -> dict[str, int]:
-        """The counters as a dict."""
-        return {
-            "sent": self.sent,
-            "cache_hits": self.cache_hits,
-            "joined": self.joined,
-            "retries": self.retries,
-        }
-
 
 STATS = Stats()
 

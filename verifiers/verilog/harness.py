@@ -50,12 +50,6 @@ class Port:
     width: int
 
 
-def ports_from_json(design: dict[str, Any], module: str) -> list[Port]:
-    """The ports of `module` in a yosys `write_json` design, in declaration order."""
-    ports = design["modules"][module]["ports"]
-    return [Port(name, info["direction"], len(info["bits"])) for name, info in ports.items()]
-
-
 def is_sequential(design: dict[str, Any]) -> bool:
     """Whether a yosys design (after proc and flatten) holds any state: flip-flops, latches or memories."""
     for module in design.get("modules", {}).values():
