@@ -34,7 +34,7 @@ from proctor.contract import (
     request_error_from,
     response_text,
 )
-from proctor.registry import BaseOptions, VerifierSpec, get_verifier, load_verifiers
+from proctor.registry import BaseOptions, VerifierSpec, get_verifier, load_plugins
 from proctor.settings import Settings, get_settings
 from proctor.worker_pool import WorkerPool
 
@@ -200,7 +200,8 @@ class Engine:
         pool: WorkerPool | None = None,
     ):
         self.settings = settings or get_settings()
-        load_verifiers(extra_plugins=self.settings.plugins)  # plugins named in code, not only in the env
+        # Plugins named in code, not only in the environment; built-ins load when first looked up.
+        load_plugins(self.settings.plugins)
         if cache is None:
             cache = LRUCache(self.settings.cache_size) if self.settings.cache_size > 0 else NullCache()
         self.cache = cache

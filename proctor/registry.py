@@ -23,22 +23,25 @@ from proctor.contract import RequestError, Verdict, request_error_from
 log = logging.getLogger(__name__)
 
 ENTRY_POINT_GROUP = "proctor.verifiers"
-BUILTIN_MODULES = (
-    "proctor.verifiers.text.match",
-    "proctor.verifiers.text.choice",
-    "proctor.verifiers.text.similarity",
-    "proctor.verifiers.math.verifier",
-    "proctor.verifiers.code.verifier",
-    "proctor.verifiers.sql.verifier",
-    "proctor.verifiers.verilog.verifier",
-    "proctor.verifiers.judge.rubric",
-    "proctor.verifiers.judge.principles",
-    "proctor.verifiers.judge.equivalence",
-    "proctor.verifiers.judge.pairwise",
-    "proctor.verifiers.multi",
-    "proctor.environments.demo.tasks",
-    "proctor.environments.puzzles",  # imports every puzzle family module (environments/puzzles/__init__.py)
-)
+BUILTIN_VERIFIERS: dict[str, str] = {
+    "text.match": "proctor.verifiers.text.match",
+    "text.choice": "proctor.verifiers.text.choice",
+    "text.similarity": "proctor.verifiers.text.similarity",
+    "math": "proctor.verifiers.math.verifier",
+    "code": "proctor.verifiers.code.verifier",
+    "sql": "proctor.verifiers.sql.verifier",
+    "verilog": "proctor.verifiers.verilog.verifier",
+    "judge.rubric": "proctor.verifiers.judge.rubric",
+    "judge.principles": "proctor.verifiers.judge.principles",
+    "judge.equivalence": "proctor.verifiers.judge.equivalence",
+    "judge.pairwise": "proctor.verifiers.judge.pairwise",
+    "multi": "proctor.verifiers.multi",
+    "demo.": "proctor.environments.demo.tasks",  # a name ending in "." covers every name with that prefix
+    "puzzle.": "proctor.environments.puzzles",  # imports every puzzle family module (environments/puzzles/__init__.py)
+}
+"""Which module registers each built-in verifier, so looking one up imports only the module it needs."""
+
+BUILTIN_MODULES = tuple(dict.fromkeys(BUILTIN_VERIFIERS.values()))
 """The modules that register the built-in verifiers and environments, imported by load_verifiers()."""
 
 
@@ -145,6 +148,12 @@ def register_verifier(spec: VerifierSpec) -> VerifierSpec:
     return spec
 
 
+def load_plugins(names: str) -> None:
+    """Import the plugin modules named in `names` (comma-separated); each registers its verifiers."""
+    for module in _split_modules(names):
+        importlib.import_module(module)
+
+
 def load_verifiers(extra_plugins: str = "") -> None:
     """Import the built-in verifier modules (BUILTIN_MODULES), every `proctor.verifiers` entry point and the plugin modules.
 
@@ -152,8 +161,7 @@ def load_verifiers(extra_plugins: str = "") -> None:
     from Settings in code hand its plugins to pool workers that do not share its environment.
     """
     global _loaded
-    for module in _split_modules(extra_plugins):
-        importlib.import_module(module)
+    load_plugins(extra_plugins)
     if _loaded:
         return
     with _lock:
@@ -183,10 +191,27 @@ def _plugin_modules() -> list[str]:
     return _split_modules(get_settings().plugins)
 
 
+def builtin_module(name: str) -> str | None:
+    """The built-in module that registers verifier `name`, or None when no built-in module does."""
+    if name in BUILTIN_VERIFIERS and not name.endswith("."):
+        return BUILTIN_VERIFIERS[name]
+    prefix = name[: name.find(".") + 1]
+    return BUILTIN_VERIFIERS.get(prefix) if prefix else None
+
+
 def get_verifier(name: str) -> VerifierSpec:
-    """Look a verifier up by name; unknown names raise RequestError(404) listing the known ones."""
-    load_verifiers()
+    """Look a verifier up by name; unknown names raise RequestError(404) listing the known ones.
+
+    A built-in name imports only its own module (one `text.match` item does not pay for sqlglot, yosys
+    helpers and 30 puzzle families); any other name loads everything (plugins, entry points) first.
+    """
     spec = _verifiers.get(name)
+    if spec is None and not _loaded and (module := builtin_module(name)) is not None:
+        importlib.import_module(module)
+        spec = _verifiers.get(name)
+    if spec is None:
+        load_verifiers()
+        spec = _verifiers.get(name)
     if spec is None:
         known = ", ".join(sorted(_verifiers)) or "none"
         raise RequestError(404, f"unknown verifier {name!r}; known verifiers: {known}", field="verifier")
