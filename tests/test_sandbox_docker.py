@@ -193,7 +193,7 @@ def test_python_runs_ok_locked_down(backend: DockerBackend) -> None:
         "try:\n    open('/etc/owned', 'w')\nexcept OSError as exc:\n    print('root fs', exc.errno)\n"
         "print('caps', [l.split()[1] for l in open('/proc/self/status') if l.startswith('CapEff')][0])\n"
         "print('env', sorted(k for k in os.environ if k.startswith('PROCTOR')), os.environ.get('ANSWER'))\n"
-        "print('secrets', os.path.exists('/root'), os.path.exists('/work/main'))\n"
+        f"print('secrets', os.path.exists('/root'), os.path.exists({str(REPO_ROOT)!r}))\n"
     )
     result = backend.run(Job(commands=[python(code)], env={"ANSWER": "42"}))
     run = result.commands[0]
