@@ -20,9 +20,7 @@ from proctor.settings import get_settings
 from proctor.verifiers.sql import workers
 from proctor.verifiers.sql.databases import content_hash, database_path, staged
 from proctor.verifiers.sql.workers import Mounts, WorkerPool
-
-REPO = Path(__file__).resolve().parent.parent
-SOURCE = REPO / "datasets" / "sql" / "library" / "library.sqlite"
+from tests.sql_helpers import library_databases
 
 
 def counting(n: int) -> str:
@@ -32,14 +30,7 @@ def counting(n: int) -> str:
 
 @pytest.fixture
 def databases(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
-    folder = tmp_path / "dbs"
-    (folder / "library").mkdir(parents=True)
-    (folder / "library" / "library.sqlite").write_bytes(SOURCE.read_bytes())
-    monkeypatch.setenv("PROCTOR_SQL_DATABASES", str(folder))
-    monkeypatch.setenv("PROCTOR_SQL_CACHE_DIR", str(tmp_path / "cache"))
-    get_settings.cache_clear()
-    yield folder
-    get_settings.cache_clear()
+    yield from library_databases(tmp_path, monkeypatch)
 
 
 @pytest.fixture

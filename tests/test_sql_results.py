@@ -17,11 +17,9 @@ import pytest
 
 from proctor.contract import Status
 from proctor.registry import get_verifier
-from proctor.settings import get_settings
 from proctor.verifiers.sql import verifier, workers
+from tests.sql_helpers import library_databases
 
-REPO = Path(__file__).resolve().parent.parent
-SOURCE = REPO / "datasets" / "sql" / "library" / "library.sqlite"
 GOLD = "SELECT count(*) FROM book"
 
 
@@ -31,14 +29,7 @@ def rows(n: int, select: str) -> str:
 
 @pytest.fixture(autouse=True)
 def databases(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
-    folder = tmp_path / "dbs"
-    (folder / "library").mkdir(parents=True)
-    (folder / "library" / "library.sqlite").write_bytes(SOURCE.read_bytes())
-    monkeypatch.setenv("PROCTOR_SQL_DATABASES", str(folder))
-    monkeypatch.setenv("PROCTOR_SQL_CACHE_DIR", str(tmp_path / "cache"))
-    get_settings.cache_clear()
-    yield folder
-    get_settings.cache_clear()
+    yield from library_databases(tmp_path, monkeypatch)
     workers.shared_pool().close()
 
 

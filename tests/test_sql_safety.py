@@ -11,6 +11,7 @@ import hashlib
 import os
 import signal
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -20,9 +21,8 @@ from proctor.registry import get_verifier
 from proctor.settings import get_settings
 from proctor.verifiers.sql.databases import Failure, content_hash, database_path, run_sqlite, staged
 from proctor.verifiers.sql.workers import Mounts, WorkerPool
+from tests.sql_helpers import library_databases
 
-REPO = Path(__file__).resolve().parent.parent
-SOURCE = REPO / "datasets" / "sql" / "library" / "library.sqlite"
 GOLD = "SELECT count(*) FROM book"
 TIMEOUT_S = 1.0
 # Each hostile query scores (and the worker answers) well within this bound: time limit plus start and grace.
@@ -77,15 +77,8 @@ def folder_hashes(folder: Path) -> dict[str, str]:
 
 
 @pytest.fixture
-def databases(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    folder = tmp_path / "dbs"
-    (folder / "library").mkdir(parents=True)
-    (folder / "library" / "library.sqlite").write_bytes(SOURCE.read_bytes())
-    monkeypatch.setenv("PROCTOR_SQL_DATABASES", str(folder))
-    monkeypatch.setenv("PROCTOR_SQL_CACHE_DIR", str(tmp_path / "cache"))
-    get_settings.cache_clear()
-    yield folder
-    get_settings.cache_clear()
+def databases(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    yield from library_databases(tmp_path, monkeypatch)
 
 
 def test_hostile_battery_through_the_verifier_scores_zero_and_changes_nothing(databases: Path):
