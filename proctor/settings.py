@@ -171,3 +171,21 @@ class Settings(BaseSettings):
 def get_settings() -> Settings:
     """The process-wide settings, read once from the environment."""
     return Settings()
+
+
+def within_max_cpu_s(value: float, unit: str = "CPU seconds") -> float:
+    """`value` (an option's time limit, for its validator) if it is within the operator's
+    PROCTOR_SANDBOX_MAX_CPU_S; else a ValueError saying the maximum in `unit`."""
+    most = get_settings().sandbox_max_cpu_s
+    if value > most:
+        raise ValueError(f"at most {most:g} {unit} (the operator's PROCTOR_SANDBOX_MAX_CPU_S)")
+    return value
+
+
+def within_max_memory_mb(value: int) -> int:
+    """`value` (an option's memory limit, for its validator) if it is within the operator's
+    PROCTOR_SANDBOX_MAX_MEMORY_MB; else a ValueError saying the maximum."""
+    most = get_settings().sandbox_max_memory_mb
+    if value > most:
+        raise ValueError(f"at most {most} MB (the operator's PROCTOR_SANDBOX_MAX_MEMORY_MB)")
+    return value

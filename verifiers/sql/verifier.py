@@ -20,7 +20,7 @@ from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, field_val
 
 from proctor.contract import Status, Verdict
 from proctor.registry import BaseOptions, Example, VerifierSpec, register_verifier
-from proctor.settings import get_settings
+from proctor.settings import get_settings, within_max_cpu_s
 from proctor.verifiers.sql import compare
 from proctor.verifiers.sql.compare import Comparison, GoldResult, Result
 from proctor.verifiers.sql.databases import (
@@ -160,10 +160,7 @@ class SqlOptions(BaseOptions):
     @field_validator("timeout_s", "gold_timeout_s")
     @classmethod
     def _within_cpu_maximum(cls, value: float) -> float:
-        most = get_settings().sandbox_max_cpu_s
-        if value > most:
-            raise ValueError(f"at most {most:g} seconds (the operator's PROCTOR_SANDBOX_MAX_CPU_S)")
-        return value
+        return within_max_cpu_s(value, unit="seconds")
 
 
 class _Target:

@@ -60,7 +60,7 @@ from proctor.sandboxes.job import (
     RunVerdict,
     SandboxFailure,
 )
-from proctor.settings import get_settings
+from proctor.settings import get_settings, within_max_cpu_s, within_max_memory_mb
 from proctor.verifiers.verilog import formal
 from proctor.verifiers.verilog.harness import (
     HARNESS_MODULE,
@@ -226,18 +226,12 @@ class VerilogOptions(BaseOptions):
     @field_validator("sim_cpu_s", "formal_cpu_s")
     @classmethod
     def _within_cpu_maximum(cls, value: float) -> float:
-        most = get_settings().sandbox_max_cpu_s
-        if value > most:
-            raise ValueError(f"at most {most:g} CPU seconds (the operator's PROCTOR_SANDBOX_MAX_CPU_S)")
-        return value
+        return within_max_cpu_s(value)
 
     @field_validator("memory_mb")
     @classmethod
     def _within_memory_maximum(cls, value: int) -> int:
-        most = get_settings().sandbox_max_memory_mb
-        if value > most:
-            raise ValueError(f"at most {most} MB (the operator's PROCTOR_SANDBOX_MAX_MEMORY_MB)")
-        return value
+        return within_max_memory_mb(value)
 
 
 class ReferenceFailure(Exception):
