@@ -23,12 +23,16 @@ A request the service rejects (422 bad reference, 413 too large) follows the sam
 verifier (404) always raises. An unreachable service raises ProctorUnavailable after the client's
 retries, whatever the policy. When TRL passes `log_metric`, the share of failed items is logged as
 `proctor/<name>/failed`.
+
+Both are module-level callable classes (`ProctorReward`, `ProctorRewardSync`) that pickle as their settings
+and open their HTTP clients lazily in the process that calls them, so TRL's AsyncGRPOTrainer (which pickles
+reward functions to its spawned rollout process) accepts them; checked against trl 1.16.0.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -123,6 +127,74 @@ def _scorer(
     )
 
 
+class _Reward:
+    """A TRL reward function as a picklable object: its scorer's settings, never a client.
+
+    TRL's AsyncGRPOTrainer pickles `reward_funcs` to a spawned rollout process (AsyncRolloutWorker.start checks
+    `pickle.dumps` up front), which closures cannot pass. An instance pickles as its class and its `_Scorer`
+    (plain data); the HTTP clients live in the per-process cache of `proctor.adapters._common`, opened on the
+    first call in whichever process the function runs, so nothing bound to a socket or an event loop travels.
+    """
+
+    __defaults__ = None
+    __kwdefaults__ = None
+
+    def __init__(self, scorer: _Scorer) -> None:
+        self._scorer = scorer
+        self._describe()
+
+    def _describe(self) -> None:
+        # TRL logs rewards under __name__ (get_callable_name falls back to the class name without it).
+        self.__name__ = self.__qualname__ = self._scorer.name
+        self.__doc__ = f"Proctor reward: {self._scorer.verifier}, reference from column {self._scorer.reference_column!r}."
+        self.proctor_verifier = self._scorer.verifier
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"scorer": self._scorer}  # settings only: clients are per process and re-created lazily
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self._scorer = state["scorer"]
+        self._describe()
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_restore, (type(self), self._scorer))
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self._scorer.name}: {self._scorer.verifier} -> {self._scorer.target})"
+
+
+def _restore(cls: type[_Reward], scorer: _Scorer) -> _Reward:
+    return cls(scorer)
+
+
+async def _async_signature(prompts: list[Any], completions: list[Any], **columns: Any) -> Rewards:
+    """Only its code object is used: what `inspect.iscoroutinefunction` reads on a ProctorReward."""
+    raise NotImplementedError
+
+
+class ProctorReward(_Reward):
+    """The async reward function `reward_function` returns; awaitable, picklable."""
+
+    # TRL >= 1.16 finds the coroutine on __call__ (trl.trainer.utils.is_async_callable); older TRL asks
+    # inspect.iscoroutinefunction(func), which on Python <= 3.11 accepts a "function-like" object: one with a
+    # __name__, a __code__ (here a coroutine function's, with TRL's signature) and __defaults__/__kwdefaults__.
+    __code__ = _async_signature.__code__
+
+    async def __call__(self, prompts: list[Any], completions: list[Any], **columns: Any) -> Rewards:
+        scorer = self._scorer
+        results = await score_many_async(scorer.requests(completions, columns), scorer.target, scorer.token)
+        return scorer.rewards(results, columns)
+
+
+class ProctorRewardSync(_Reward):
+    """The synchronous reward function `reward_function_sync` returns; picklable."""
+
+    def __call__(self, prompts: list[Any], completions: list[Any], **columns: Any) -> Rewards:
+        scorer = self._scorer
+        results = score_many(scorer.requests(completions, columns), scorer.target, scorer.token)
+        return scorer.rewards(results, columns)
+
+
 def reward_function(
     verifier: str,
     *,
@@ -134,17 +206,21 @@ def reward_function(
     failure_value: float = 0.0,
     name: str | None = None,
     in_process: bool = False,
-) -> Callable[..., Awaitable[Rewards]]:
+) -> ProctorReward:
     """An async TRL reward function scoring each batch with one Proctor call (server_url or $PROCTOR_URL)."""
-    scorer = _scorer(
-        verifier, reference_column, server_url, token, options, on_failure, failure_value, name, in_process
+    return ProctorReward(
+        _scorer(
+            verifier,
+            reference_column,
+            server_url,
+            token,
+            options,
+            on_failure,
+            failure_value,
+            name,
+            in_process,
+        )
     )
-
-    async def proctor_reward(prompts: list[Any], completions: list[Any], **columns: Any) -> Rewards:
-        results = await score_many_async(scorer.requests(completions, columns), scorer.target, scorer.token)
-        return scorer.rewards(results, columns)
-
-    return _named(proctor_reward, scorer)
 
 
 def reward_function_sync(
@@ -158,23 +234,18 @@ def reward_function_sync(
     failure_value: float = 0.0,
     name: str | None = None,
     in_process: bool = False,
-) -> Callable[..., Rewards]:
+) -> ProctorRewardSync:
     """The same reward function, synchronous, for TRL versions before 0.27 (no async reward functions)."""
-    scorer = _scorer(
-        verifier, reference_column, server_url, token, options, on_failure, failure_value, name, in_process
+    return ProctorRewardSync(
+        _scorer(
+            verifier,
+            reference_column,
+            server_url,
+            token,
+            options,
+            on_failure,
+            failure_value,
+            name,
+            in_process,
+        )
     )
-
-    def proctor_reward(prompts: list[Any], completions: list[Any], **columns: Any) -> Rewards:
-        results = score_many(scorer.requests(completions, columns), scorer.target, scorer.token)
-        return scorer.rewards(results, columns)
-
-    return _named(proctor_reward, scorer)
-
-
-def _named(function: Any, scorer: _Scorer) -> Any:
-    function.__name__ = function.__qualname__ = scorer.name  # TRL logs rewards under __name__
-    function.__doc__ = (
-        f"Proctor reward: {scorer.verifier}, reference from column {scorer.reference_column!r}."
-    )
-    function.proctor_verifier = scorer.verifier
-    return function
