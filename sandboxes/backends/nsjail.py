@@ -66,6 +66,16 @@ log = logging.getLogger(__name__)
 
 BOX = "/box"
 SANDBOX_ID = 99999
+# Who every jail runs as (a command's warm jail and a service jail alike): the unprivileged sandbox user and
+# group, mapped one to one, under a neutral hostname.
+JAIL_IDENTITY = (
+    "--hostname",
+    "sandbox",
+    "--user",
+    f"{SANDBOX_ID}:{SANDBOX_ID}:1",
+    "--group",
+    f"{SANDBOX_ID}:{SANDBOX_ID}:1",
+)
 # /etc entries copied into the jail's private /etc (when the host has them); nothing else of /etc is visible.
 ETC_COPIES = (
     "ld.so.cache",
@@ -331,12 +341,7 @@ class NsjailBackend:
             "-Mo",
             "--log_fd",
             str(log_fd),
-            "--hostname",
-            "sandbox",
-            "--user",
-            f"{SANDBOX_ID}:{SANDBOX_ID}:1",
-            "--group",
-            f"{SANDBOX_ID}:{SANDBOX_ID}:1",
+            *JAIL_IDENTITY,
             "--cwd",
             BOX,
             "--time_limit",
@@ -433,12 +438,7 @@ def service_jail_argv(
         str(binary),
         "-Mo",
         "--quiet",
-        "--hostname",
-        "sandbox",
-        "--user",
-        f"{SANDBOX_ID}:{SANDBOX_ID}:1",
-        "--group",
-        f"{SANDBOX_ID}:{SANDBOX_ID}:1",
+        *JAIL_IDENTITY,
         "--cwd",
         cwd,
         "--time_limit",
