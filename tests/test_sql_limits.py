@@ -19,7 +19,7 @@ from proctor.registry import get_verifier
 from proctor.settings import get_settings
 from proctor.verifiers.sql import workers
 from proctor.verifiers.sql.databases import content_hash, database_path, staged
-from proctor.verifiers.sql.workers import Mounts, WorkerPool
+from proctor.verifiers.sql.workers import Mounts, SqliteWorkers
 from tests.sql_helpers import library_databases
 
 
@@ -34,19 +34,21 @@ def databases(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]
 
 
 @pytest.fixture
-def jailed(databases: Path) -> Iterator[tuple[WorkerPool, Mounts, Path]]:
+def jailed(databases: Path) -> Iterator[tuple[SqliteWorkers, Mounts, Path]]:
     """A private pool of nsjail workers and the staged library database."""
     path = database_path("library")
     assert path is not None
     target = staged(path, f"{content_hash(path)}-0.sqlite")
-    pool = WorkerPool()
+    pool = SqliteWorkers()
     try:
         yield pool, Mounts((str(target.parent),)), target
     finally:
         pool.close()
 
 
-def ask(pool: WorkerPool, mounts: Mounts, target: Path, sql: str, timeout_s: float, **extra: float) -> dict:
+def ask(
+    pool: SqliteWorkers, mounts: Mounts, target: Path, sql: str, timeout_s: float, **extra: float
+) -> dict:
     request = {"sql": sql, "timeout_s": timeout_s, "max_rows": 10, "max_bytes": 1 << 20, **extra}
     return pool.run(mounts, "nsjail", target, request)
 

@@ -20,7 +20,7 @@ from proctor.contract import Status
 from proctor.registry import get_verifier
 from proctor.settings import get_settings
 from proctor.verifiers.sql.databases import Failure, content_hash, database_path, run_sqlite, staged
-from proctor.verifiers.sql.workers import Mounts, WorkerPool
+from proctor.verifiers.sql.workers import Mounts, SqliteWorkers
 from tests.sql_helpers import library_databases
 
 GOLD = "SELECT count(*) FROM book"
@@ -130,7 +130,7 @@ def test_hostile_battery_straight_into_the_jailed_worker(databases: Path):
 def test_a_stuck_worker_is_killed_at_the_wall_deadline_and_replaced(databases: Path):
     """SIGSTOP makes the local worker ignore its own progress-handler deadline; the host must still answer.
     A stopped worker uses no CPU: that is the machine's fault (`wall_limit`), never the query's time_limit."""
-    pool = WorkerPool()
+    pool = SqliteWorkers()
     path = database_path("library")
     mounts = Mounts((str(path.parent),))
     request = {"sql": "SELECT count(*) FROM book", "timeout_s": 0.5, "max_rows": 10, "max_bytes": 1 << 20}

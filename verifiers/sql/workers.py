@@ -343,7 +343,7 @@ class Worker:
             deadline = min(backstop, now + CHECK_S)
 
 
-class WorkerPool:
+class SqliteWorkers:
     """Idle workers by mount set; a query borrows one, and an overrun or broken worker is killed, not returned."""
 
     def __init__(self) -> None:
@@ -401,9 +401,9 @@ class WorkerPool:
             worker.kill()
 
 
-_pool = WorkerPool()
+_pool = SqliteWorkers()
 
 
-def shared_pool() -> WorkerPool:
+def shared_pool() -> SqliteWorkers:
     """The process-wide worker pool."""
     return _pool
