@@ -439,7 +439,7 @@ class Submission:
         limits: Sequence[RunLimits],
         *,
         first: int = 0,
-        stop_on_failure: bool = True,
+        stop_on_failure: bool = False,
     ) -> list[CommandResult]:
         """Tests `first`, `first + 1`, ... each under its own limits (see `ProgramRunner.run_batch`); a cold
         batch is one job. Raises NotCompiled after a failed compile."""
