@@ -1,17 +1,20 @@
-"""OpenAI-graders-compatible routes: `POST /v1/graders/run` and `POST /v1/graders/validate`.
+"""OpenAI-graders-compatible routes: `POST /v1/graders/run` and `POST /v1/graders/validate`, and the same at
+the openai SDK's paths, `POST /v1/fine_tuning/alpha/graders/run` and `/validate`.
 
 They accept OpenAI's grader specs (`string_check`, `text_similarity`, `score_model`, `label_model`, `multi`
 with `calculate_output`) and answer in the shape of OpenAI's run response (`reward`, `sub_rewards`,
 `metadata` with `errors`, `model_grader_token_usage_per_model`), on Proctor's machinery: text similarity is
 the `text.similarity` verifier (through the engine and its pool), model graders use the judge client
 (cache, retries, bounded concurrency) on the configured OpenAI-compatible judge, and `calculate_output`
-is parsed by `verifiers/formula.py`, never `eval`.
+is parsed by `verifiers/formula.py`, never `eval`. `meteor` is NLTK's METEOR without WordNet synonyms (see
+meteor()); image parts go to the judge as image content parts.
 
 Templates: `{{item.path}}` and `{{sample.output_text}}` / `{{sample.output_json.path}}` (dots and [n]
 indexes); a non-string value is inserted as JSON.
 
 What goes wrong, and how it is answered:
-- the spec or a template variable is invalid, a metric is not offered (`meteor`, `python` graders), or
+- the spec or a template variable is invalid, a metric is not offered (`python` graders), a message has an
+  audio (or unknown) content part, or
   `grader`/`item`/`reference_answer` nests more than MAX_NESTING levels: 422 naming the field; the sample's
   `output_json` asked for but the sample is not JSON (or nests deeper than MAX_NESTING): 200, reward 0,
   `errors.sample_parse_error`;
@@ -61,7 +64,10 @@ from proctor.verifiers.judge import parse
 from proctor.verifiers.judge.client import JudgeError, Sampling, complete, judge_config
 from proctor.verifiers.judge.common import check_judge_url
 
-router = APIRouter(prefix="/v1/graders", tags=["graders"])
+router = APIRouter(tags=["graders"])
+PREFIX = "/v1/graders"
+# The openai SDK's `client.fine_tuning.alpha.graders.run / validate` post here (with base_url ending in /v1).
+SDK_PREFIX = "/v1/fine_tuning/alpha/graders"
 
 TEXT_METRICS = {
     "fuzzy_match": "fuzzy_match",
@@ -75,9 +81,9 @@ TEXT_METRICS = {
     "rouge_5": "rouge_5",
     "rouge_l": "rouge_l",
 }
-UNSUPPORTED_METRICS = {
-    "meteor": "METEOR needs NLTK's WordNet data, which is not shipped; use bleu, gleu or rouge_*"
-}
+# METEOR is computed here (NLTK's implementation) rather than by text.similarity; see meteor().
+LOCAL_METRICS = frozenset({"meteor"})
+UNSUPPORTED_METRICS: dict[str, str] = {}
 ERROR_FLAGS = (
     "formula_parse_error",
     "sample_parse_error",
@@ -130,21 +136,56 @@ class TextSimilarityGrader(_Grader):
                 f"evaluation_metric {self.evaluation_metric} is not supported: "
                 f"{UNSUPPORTED_METRICS[self.evaluation_metric]}"
             )
-        if self.evaluation_metric not in TEXT_METRICS:
+        if self.evaluation_metric not in TEXT_METRICS and self.evaluation_metric not in LOCAL_METRICS:
             raise ValueError(
-                f"unknown evaluation_metric {self.evaluation_metric!r}; one of {sorted(TEXT_METRICS)}"
+                f"unknown evaluation_metric {self.evaluation_metric!r}; "
+                f"one of {sorted({*TEXT_METRICS, *LOCAL_METRICS})}"
             )
         return self
 
 
+TEXT_PARTS = frozenset({"input_text", "output_text", "text"})
+
+
+def _check_part(part: Any) -> None:
+    """One content part is text (a string, input_text, output_text) or an image (input_image with image_url);
+    audio and anything else are refused (ValueError, so a 422 naming the field): never dropped silently."""
+    if isinstance(part, str):
+        return
+    kind = part.get("type")
+    if kind in TEXT_PARTS:
+        if not isinstance(part.get("text"), str):
+            raise ValueError(f"a {kind} part needs a string `text`")
+    elif kind == "input_image":
+        if not isinstance(part.get("image_url"), str) or not part["image_url"]:
+            raise ValueError("an input_image part needs a string `image_url`")
+        if part.get("detail", "auto") not in {"auto", "low", "high"}:
+            raise ValueError("input_image detail must be auto, low or high")
+    elif kind == "input_audio":
+        raise ValueError(
+            "audio inputs (input_audio) are not supported: the judge is a chat-completions model that is not "
+            "sent audio; transcribe it into an input_text part"
+        )
+    else:
+        raise ValueError(f"unknown content part type {kind!r}; one of input_text, output_text, input_image")
+
+
 class InputMessage(BaseModel):
-    """One templated message of a model grader's prompt."""
+    """One templated message of a model grader's prompt: text parts and image parts (sent to the judge as
+    image content parts); audio is a 422 naming the field."""
 
     model_config = ConfigDict(extra="forbid")
 
     role: Literal["system", "developer", "user", "assistant"]
-    content: str | dict[str, Any] | list[dict[str, Any]]
+    content: str | dict[str, Any] | list[str | dict[str, Any]]
     type: Literal["message"] | None = None
+
+    @field_validator("content")
+    @classmethod
+    def _known_parts(cls, value: Any) -> Any:
+        for part in [value] if isinstance(value, (str, dict)) else value:
+            _check_part(part)
+        return value
 
 
 class SamplingParams(BaseModel):
@@ -382,7 +423,9 @@ def check_templates(grader: Any, field: str = "grader") -> None:
     if isinstance(grader, (StringCheckGrader, TextSimilarityGrader)):
         texts = [("input", grader.input), ("reference", grader.reference)]
     elif isinstance(grader, (ScoreModelGrader, LabelModelGrader)):
-        texts = [(f"input.{i}.content", _content_text(m.content)) for i, m in enumerate(grader.input)]
+        for i, message in enumerate(grader.input):
+            texts.append((f"input.{i}.content", _content_text(message.content)))
+            texts.extend((f"input.{i}.content", url) for url in _image_urls(message.content))
     for where, text in texts:
         for match in _TEMPLATE.finditer(text):
             namespace = match.group(1).partition(".")[0]
@@ -394,9 +437,25 @@ def check_templates(grader: Any, field: str = "grader") -> None:
                 )
 
 
-def _content_text(content: str | dict[str, Any] | list[dict[str, Any]]) -> str:
-    parts = [content] if isinstance(content, (str, dict)) else content
-    return "".join(part if isinstance(part, str) else str(part.get("text", "")) for part in parts)
+def _parts(content: str | dict[str, Any] | list[str | dict[str, Any]]) -> list[str | dict[str, Any]]:
+    return [content] if isinstance(content, (str, dict)) else content
+
+
+def _content_text(content: str | dict[str, Any] | list[str | dict[str, Any]]) -> str:
+    """The text parts, concatenated (image parts are not text)."""
+    return "".join(
+        part if isinstance(part, str) else str(part["text"])
+        for part in _parts(content)
+        if isinstance(part, str) or part.get("type") in TEXT_PARTS
+    )
+
+
+def _image_urls(content: str | dict[str, Any] | list[str | dict[str, Any]]) -> list[str]:
+    return [
+        str(part["image_url"])
+        for part in _parts(content)
+        if isinstance(part, dict) and part.get("type") == "input_image"
+    ]
 
 
 # -- running -------------------------------------------------------------------------------------------------
@@ -523,6 +582,11 @@ async def _run_similarity(
     text, reference = render(grader.input, item, sample), render(grader.reference, item, sample)
     if not reference.strip():
         raise RequestError(422, "the rendered reference is empty", "grader.reference")
+    if grader.evaluation_metric == "meteor":
+        outcome.reward = await asyncio.to_thread(meteor, text, reference)
+        if grader.pass_threshold is not None:
+            outcome.scores["passed"] = outcome.reward >= grader.pass_threshold
+        return
     request = {
         "verifier": "text.similarity",
         "response": text,
@@ -541,11 +605,53 @@ async def _run_similarity(
         outcome.scores["passed"] = outcome.reward >= grader.pass_threshold
 
 
+def _message_content(message: InputMessage, item: Any, sample: str) -> str | list[dict[str, Any]]:
+    """A message's content for the judge: a string when it is all text; else chat-completions content parts in
+    order, text parts as `text` and input_image parts as `image_url` (templates rendered in both)."""
+    parts = _parts(message.content)
+    if all(isinstance(part, str) or part.get("type") in TEXT_PARTS for part in parts):
+        return render(_content_text(message.content), item, sample)
+    out: list[dict[str, Any]] = []
+    for part in parts:
+        if isinstance(part, str) or part.get("type") in TEXT_PARTS:
+            text = part if isinstance(part, str) else str(part["text"])
+            out.append({"type": "text", "text": render(text, item, sample)})
+        else:  # input_image: the only other kind validation lets through
+            image = {
+                "url": render(str(part["image_url"]), item, sample),
+                "detail": part.get("detail", "auto"),
+            }
+            out.append({"type": "image_url", "image_url": image})
+    return out
+
+
+_WORD = re.compile(r"\w+|[^\w\s]")
+
+
+class _NoSynonyms:
+    """Stands in for NLTK's WordNet reader (its data is not shipped): no synonym matches."""
+
+    def synsets(self, *args: Any, **kwargs: Any) -> list[Any]:
+        return []
+
+
+def meteor(text: str, reference: str) -> float:
+    """METEOR (Banerjee and Lavie, 2005; NLTK's implementation, alpha 0.9, beta 3, gamma 0.5) over lower-cased
+    word and punctuation tokens, with its exact and Porter-stem matching stages; the WordNet synonym stage
+    matches nothing, since NLTK's WordNet data is not shipped (so `glad` never matches `happy`)."""
+    from nltk.translate.meteor_score import meteor_score
+
+    hypothesis, references = _WORD.findall(text.lower()), _WORD.findall(reference.lower())
+    if not hypothesis or not references:
+        return 0.0
+    return float(meteor_score([references], hypothesis, wordnet=_NoSynonyms()))
+
+
 def _messages(grader: ScoreModelGrader | LabelModelGrader, item: Any, sample: str) -> list[dict[str, Any]]:
-    messages = []
+    messages: list[dict[str, Any]] = []
     for message in grader.input:
         role = "system" if message.role == "developer" else message.role
-        messages.append({"role": role, "content": render(_content_text(message.content), item, sample)})
+        messages.append({"role": role, "content": _message_content(message, item, sample)})
     if isinstance(grader, LabelModelGrader):
         instruction = (
             f'Answer with one JSON object {{"result": <label>}} where the label is one of {grader.labels}.'
@@ -554,7 +660,9 @@ def _messages(grader: ScoreModelGrader | LabelModelGrader, item: Any, sample: st
         instruction = f'Answer with one JSON object {{"result": <number from {grader.range[0]:g} to {grader.range[1]:g}>}}.'
     # Appended to the last user message: many chat templates accept a system message only in first place.
     users = [index for index, message in enumerate(messages) if message["role"] == "user"]
-    if users:
+    if users and isinstance(messages[users[-1]]["content"], list):
+        messages[users[-1]]["content"].append({"type": "text", "text": "\n\n" + instruction})
+    elif users:
         messages[users[-1]]["content"] += "\n\n" + instruction
     else:
         messages.append({"role": "user", "content": instruction})
@@ -635,20 +743,16 @@ _GRADER_RULES = (
 )
 
 
-@router.post(
-    "/run",
-    responses=error_responses(400, 401, 413, 422, 429, 503),
-    summary="Run an OpenAI grader spec",
-    openapi_extra=server_validated(
-        grader=_GRADER_RULES,
-        item="Must hold the fields the grader's templates name ({{item.…}}); nests at most 200 levels.",
-        reference_answer="Lists and objects may nest at most 200 levels.",
-        model_sample="Must be JSON when the grader's templates read {{sample.output_json…}}.",
-        judge__base_url="Only the configured judge URL or one on the operator's PROCTOR_JUDGE_ALLOWED_URLS.",
-    ),
-)
-async def run(body: RunRequest, state: ServiceState = Depends(get_state)) -> Response:
-    """Grade one model sample with an OpenAI grader spec; OpenAI's run response shape."""
+_RUN_FIELDS = {
+    "grader": _GRADER_RULES,
+    "item": "Must hold the fields the grader's templates name ({{item.…}}); nests at most 200 levels.",
+    "reference_answer": "Lists and objects may nest at most 200 levels.",
+    "model_sample": "Must be JSON when the grader's templates read {{sample.output_json…}}.",
+    "judge__base_url": "Only the configured judge URL or one on the operator's PROCTOR_JUDGE_ALLOWED_URLS.",
+}
+
+
+async def _run(body: RunRequest, state: ServiceState, sdk: bool) -> Response:
     started = time.perf_counter()
     # The body's data fields nest at most MAX_NESTING levels, as in /v1/score: deeper ones would reach
     # recursive code (pydantic's serializer, json.dumps of a template value) as a 500.
@@ -665,6 +769,10 @@ async def run(body: RunRequest, state: ServiceState = Depends(get_state)) -> Res
     async with state.admission.slot():
         outcome = await run_grader(grader, item, body.model_sample, engine, body.judge)
     result = outcome.body(started)
+    if sdk:
+        # The SDK's GraderRunResponse types metadata.token_usage as one integer: the total tokens.
+        usage = result["metadata"]["token_usage"]
+        result["metadata"]["token_usage"] = usage.get("total_tokens") if usage else None
     if outcome.server_failure:
         # A machinery failure is not a grade: 503, with OpenAI's error flags for clients that read them.
         result["error"] = {"status": 503, "message": outcome.server_failure, "field": None}
@@ -674,15 +782,53 @@ async def run(body: RunRequest, state: ServiceState = Depends(get_state)) -> Res
     return json_response(result)
 
 
+def _validate(body: ValidateRequest) -> Response:
+    check_nesting(body.grader, "grader", MAX_NESTING)
+    grader = parse_grader(body.grader)
+    check_templates(grader)
+    return json_response({"grader": grader.model_dump(mode="json", exclude_none=True)})
+
+
 @router.post(
-    "/validate",
+    PREFIX + "/run",
+    responses=error_responses(400, 401, 413, 422, 429, 503),
+    summary="Run an OpenAI grader spec",
+    openapi_extra=server_validated(**_RUN_FIELDS),
+)
+async def run(body: RunRequest, state: ServiceState = Depends(get_state)) -> Response:
+    """Grade one model sample with an OpenAI grader spec; OpenAI's run response shape."""
+    return await _run(body, state, sdk=False)
+
+
+@router.post(
+    SDK_PREFIX + "/run",
+    responses=error_responses(400, 401, 413, 422, 429, 503),
+    summary="Run an OpenAI grader spec (the openai SDK's path)",
+    openapi_extra=server_validated(**_RUN_FIELDS),
+)
+async def sdk_run(body: RunRequest, state: ServiceState = Depends(get_state)) -> Response:
+    """`client.fine_tuning.alpha.graders.run(...)`: /v1/graders/run with the SDK's response types
+    (`metadata.token_usage` is the total token count)."""
+    return await _run(body, state, sdk=True)
+
+
+@router.post(
+    PREFIX + "/validate",
     responses=error_responses(400, 401, 413, 422),
     summary="Validate an OpenAI grader spec",
     openapi_extra=server_validated(grader=_GRADER_RULES),
 )
 async def validate(body: ValidateRequest) -> Response:
     """A dry run: parse the spec, check its metrics, templates and formula (over the sub-rewards' ranges)."""
-    check_nesting(body.grader, "grader", MAX_NESTING)
-    grader = parse_grader(body.grader)
-    check_templates(grader)
-    return json_response({"grader": grader.model_dump(mode="json", exclude_none=True)})
+    return _validate(body)
+
+
+@router.post(
+    SDK_PREFIX + "/validate",
+    responses=error_responses(400, 401, 413, 422),
+    summary="Validate an OpenAI grader spec (the openai SDK's path)",
+    openapi_extra=server_validated(grader=_GRADER_RULES),
+)
+async def sdk_validate(body: ValidateRequest) -> Response:
+    """`client.fine_tuning.alpha.graders.validate(...)`: the same dry run as /v1/graders/validate."""
+    return _validate(body)

@@ -318,10 +318,10 @@ def _multi_over_a(calculate_output: str) -> dict:
                 "name": "s",
                 "input": "a",
                 "reference": "b",
-                "evaluation_metric": "meteor",
+                "evaluation_metric": "sbleu",
             },
             "grader",
-            "WordNet",
+            "meteor",
         ),
         ({"type": "python", "name": "p", "source": "def grade(s, i): return 1"}, "grader", "not supported"),
         (

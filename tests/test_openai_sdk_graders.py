@@ -1,0 +1,202 @@
+"""The openai SDK's own graders calls (`client.fine_tuning.alpha.graders.run / validate`, openai-python, the
+`dev` extra) against a live server with the stand-in judge; and the grader items of issue 16: image inputs
+reach the judge as image content parts, audio inputs are a 422 naming the field, `meteor` is graded."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import openai
+import pytest
+
+from proctor.api.graders import meteor
+from tests.conftest import ServerProcess, free_port, server_env
+from tests.judge_server import JudgeServer
+
+TOKEN = "sdk-test-token"
+CHECK = {"type": "string_check", "name": "city", "input": "{{sample.output_text}}", "reference": "{{item.city}}",
+         "operation": "eq"}  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def judge() -> Iterator[JudgeServer]:
+    with JudgeServer(lambda messages: '{"result": 0.75}') as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def service(judge: JudgeServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    env = server_env(
+        free_port(),
+        PROCTOR_JUDGE_BASE_URL=judge.base_url,
+        PROCTOR_JUDGE_MODEL="stand-in",
+        PROCTOR_JUDGE_TIMEOUT_S="1",
+        PROCTOR_JUDGE_RETRY_BUDGET_S="0.5",
+        PROCTOR_POOL_WORKERS="1",
+        PROCTOR_TOKEN=TOKEN,
+    )
+    server = ServerProcess(env, Path(tmp_path_factory.mktemp("sdk_graders")) / "server.log")
+    try:
+        server.wait_ready()
+        yield server.base_url
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def client(service: str) -> Iterator[openai.OpenAI]:
+    with openai.OpenAI(base_url=service + "/v1", api_key=TOKEN, max_retries=0, timeout=30) as sdk:
+        yield sdk
+
+
+@pytest.fixture
+def http(service: str) -> Iterator[httpx.Client]:
+    headers = {"Authorization": f"Bearer {TOKEN}"}
+    with httpx.Client(base_url=service, timeout=30, headers=headers) as plain:
+        yield plain
+
+
+# -- the SDK's calls --------------------------------------------------------------------------------------------
+
+
+def test_sdk_run_string_check(client):
+    result = client.fine_tuning.alpha.graders.run(grader=CHECK, model_sample="Paris", item={"city": "Paris"})  # type: ignore[arg-type]
+    assert result.reward == 1.0
+    assert result.metadata.name == "city" and result.metadata.type == "string_check"
+    assert result.metadata.errors.formula_parse_error is False and result.metadata.errors.other_error is False
+    wrong = client.fine_tuning.alpha.graders.run(grader=CHECK, model_sample="Lyon", item={"city": "Paris"})  # type: ignore[arg-type]
+    assert wrong.reward == 0.0
+
+
+def test_sdk_run_multi_and_model_grader_token_usage_is_an_int(client):
+    grader = {
+        "type": "multi",
+        "name": "both",
+        "graders": {
+            "city": CHECK,
+            "judge": {
+                "type": "score_model",
+                "name": "judge",
+                "model": "gpt-4o",
+                "input": [{"role": "user", "content": "Is {{sample.output_text}} right?"}],
+            },
+        },
+        "calculate_output": "0.5 * city + 0.5 * judge",
+    }
+    result = client.fine_tuning.alpha.graders.run(grader=grader, model_sample="Paris", item={"city": "Paris"})  # type: ignore[arg-type]
+    assert result.reward == pytest.approx(0.875)
+    assert result.sub_rewards == {"city": 1.0, "judge": 0.75}
+    assert isinstance(result.metadata.token_usage, int) and result.metadata.token_usage > 0
+    assert result.metadata.sampled_model_name == "stand-in"
+
+
+def test_sdk_validate(client):
+    result = client.fine_tuning.alpha.graders.validate(grader=CHECK)  # type: ignore[arg-type]
+    assert result.grader is not None and result.grader.type == "string_check"
+    assert result.grader.name == "city"
+
+
+@pytest.mark.parametrize("call", ["run", "validate"])
+def test_sdk_invalid_grader_is_422(client, call):
+    bad = {**CHECK, "operation": "regex"}
+    with pytest.raises(openai.UnprocessableEntityError) as raised:
+        if call == "run":
+            client.fine_tuning.alpha.graders.run(grader=bad, model_sample="x")  # type: ignore[arg-type]
+        else:
+            client.fine_tuning.alpha.graders.validate(grader=bad)  # type: ignore[arg-type]
+    assert raised.value.status_code == 422
+    assert json.loads(raised.value.response.text)["error"]["field"] == "grader.operation"
+
+
+def test_sdk_needs_the_token(service):
+    with (
+        openai.OpenAI(base_url=service + "/v1", api_key="wrong", max_retries=0) as sdk,
+        pytest.raises(openai.AuthenticationError),
+    ):
+        sdk.fine_tuning.alpha.graders.validate(grader=CHECK)  # type: ignore[arg-type]
+
+
+# -- image and audio inputs -----------------------------------------------------------------------------------
+
+ROUTES = ("/v1/graders", "/v1/fine_tuning/alpha/graders")
+
+
+def _image_grader(part: dict) -> dict:
+    return {
+        "type": "score_model",
+        "name": "look",
+        "model": "gpt-4o",
+        "input": [
+            {"role": "developer", "content": "Grade the caption."},
+            {
+                "role": "user",
+                "content": [{"type": "input_text", "text": "Caption: {{sample.output_text}}"}, part],
+            },
+        ],
+    }
+
+
+@pytest.mark.parametrize("route", ROUTES)
+def test_image_inputs_reach_the_judge_as_image_parts(http, judge, route):
+    grader = _image_grader({"type": "input_image", "image_url": "{{item.image}}", "detail": "low"})
+    image = "data:image/png;base64,iVBORw0KGgo="
+    response = http.post(
+        route + "/run", json={"grader": grader, "model_sample": "a cat", "item": {"image": image}}
+    )
+    assert response.status_code == 200, response.text
+    assert response.json()["reward"] == 0.75
+    user = next(m for m in judge.requests[-1]["messages"] if m["role"] == "user")
+    assert user["content"][0] == {"type": "text", "text": "Caption: a cat"}
+    assert user["content"][1] == {"type": "image_url", "image_url": {"url": image, "detail": "low"}}
+    assert user["content"][-1]["type"] == "text" and "result" in user["content"][-1]["text"]
+
+
+@pytest.mark.parametrize("route", ROUTES)
+@pytest.mark.parametrize("call", ["run", "validate"])
+def test_audio_inputs_are_422_naming_the_field(http, judge, route, call):
+    grader = _image_grader({"type": "input_audio", "input_audio": {"data": "UklGRg==", "format": "wav"}})
+    before = judge.calls
+    body = {"grader": grader, "model_sample": "x"} if call == "run" else {"grader": grader}
+    response = http.post(f"{route}/{call}", json=body)
+    assert response.status_code == 422, response.text
+    error = response.json()["error"]
+    assert error["field"] == "grader.input.1.content" and "audio" in error["message"]
+    assert judge.calls == before
+
+
+def test_unknown_content_parts_are_422_not_dropped(http):
+    grader = _image_grader({"type": "input_file", "file_id": "f"})
+    response = http.post("/v1/graders/validate", json={"grader": grader})
+    assert response.status_code == 422 and response.json()["error"]["field"] == "grader.input.1.content"
+
+
+# -- meteor ---------------------------------------------------------------------------------------------------
+
+
+def test_meteor_exact_and_stem_matches_no_synonyms():
+    assert meteor("the cat sat on the mat", "the cat sat on the mat") == pytest.approx(0.9977, abs=1e-3)
+    assert 0.5 < meteor("The cats sat on the mat.", "the cat sat on the mat") < 1.0  # `cats` by its stem
+    assert meteor("glad", "happy") == 0.0  # no WordNet synonyms here
+    assert meteor("", "x") == 0.0
+
+
+@pytest.mark.parametrize("route", ROUTES)
+def test_meteor_grader_runs(http, route):
+    grader = {
+        "type": "text_similarity",
+        "name": "m",
+        "input": "{{sample.output_text}}",
+        "reference": "{{item.ref}}",
+        "evaluation_metric": "meteor",
+        "pass_threshold": 0.5,
+    }
+    assert http.post(route + "/validate", json={"grader": grader}).status_code == 200
+    body = http.post(
+        route + "/run",
+        json={"grader": grader, "model_sample": "the cats sat", "item": {"ref": "the cat sat"}},
+    ).json()
+    assert body["reward"] == pytest.approx(meteor("the cats sat", "the cat sat"))
+    assert body["metadata"]["scores"]["passed"] is True
