@@ -7,13 +7,14 @@ with `calculate_output`) and answer in the shape of OpenAI's run response (`rewa
 the `text.similarity` verifier (through the engine and its pool), model graders use the judge client
 (cache, retries, bounded concurrency) on the configured OpenAI-compatible judge, and `calculate_output`
 is parsed by `verifiers/formula.py`, never `eval`. `meteor` is NLTK's METEOR without WordNet synonyms (see
-meteor()); image parts go to the judge as image content parts.
+meteor()); image parts go to the judge as image content parts; a `python` grader's grade(sample, item) runs
+in the sandbox (a failing grade() is reward 0 with python_grader_runtime_error, a failing sandbox a 503).
 
 Templates: `{{item.path}}` and `{{sample.output_text}}` / `{{sample.output_json.path}}` (dots and [n]
 indexes); a non-string value is inserted as JSON.
 
 What goes wrong, and how it is answered:
-- the spec or a template variable is invalid, a metric is not offered (`python` graders), a message has an
+- the spec or a template variable is invalid, a python grader's source defines no grade(), a message has an
   audio (or unknown) content part, or
   `grader`/`item`/`reference_answer` nests more than MAX_NESTING levels: 422 naming the field; the sample's
   `output_json` asked for but the sample is not JSON (or nests deeper than MAX_NESTING): 200, reward 0,
@@ -28,8 +29,10 @@ What goes wrong, and how it is answered:
 
 from __future__ import annotations
 
+import ast
 import asyncio
 import json
+import math
 import re
 import time
 from typing import Annotated, Any, Literal
@@ -51,6 +54,8 @@ from proctor.api.responses import error_responses, server_validated
 from proctor.api.state import ServiceState, get_state
 from proctor.contract import MAX_NESTING, RequestError, Status, check_nesting, request_error_from
 from proctor.engine import Engine, prepare
+from proctor.sandboxes.backends import resolve_backend
+from proctor.sandboxes.job import Command, File, Job, RunLimits, RunVerdict
 from proctor.settings import get_settings
 from proctor.verifiers.formula import (
     Formula,
@@ -236,15 +241,24 @@ class LabelModelGrader(_Grader):
 
 
 class PythonGrader(_Grader):
-    """Accepted by the schema only to be rejected with a clear message."""
+    """`grade(sample, item) -> float` in `source`, run in the sandbox (never in the service process).
+
+    `image_tag` is accepted and ignored: the sandbox's Python (the standard library only) runs every grader."""
 
     type: Literal["python"]
-    source: str = ""
+    source: str = Field(min_length=1, max_length=200_000)
     image_tag: str | None = None
 
-    @model_validator(mode="after")
-    def _unsupported(self) -> PythonGrader:
-        raise ValueError("python graders are not supported here; run code through the `code` verifier")
+    @field_validator("source")
+    @classmethod
+    def _defines_grade(cls, value: str) -> str:
+        try:
+            tree = ast.parse(value)  # parsed, never run, in the service process
+        except (SyntaxError, ValueError, RecursionError, MemoryError) as exc:
+            raise ValueError(f"source is not valid Python: {type(exc).__name__}: {exc}") from None
+        if not any(isinstance(node, ast.FunctionDef) and node.name == "grade" for node in tree.body):
+            raise ValueError("source must define a top-level function grade(sample, item) -> float")
+        return value
 
 
 SimpleGrader = Annotated[
@@ -537,6 +551,8 @@ async def run_grader(
             outcome.reward = float(string_check(grader.operation, text, reference))
         elif isinstance(grader, TextSimilarityGrader):
             await _run_similarity(grader, item, sample, engine, outcome)
+        elif isinstance(grader, PythonGrader):
+            await asyncio.to_thread(_run_python, grader, item, sample, outcome)
         else:
             await _run_model(grader, item, sample, judge, outcome)
     except TemplateError as exc:
@@ -623,6 +639,72 @@ def _message_content(message: InputMessage, item: Any, sample: str) -> str | lis
             }
             out.append({"type": "image_url", "image_url": image})
     return out
+
+
+PYTHON_LIMITS = RunLimits(cpu_s=10.0, memory_mb=512, processes=8, output_bytes=64 * 1024)
+PYTHON_MARKER = "proctor-python-grade:"
+_PYTHON_HARNESS = f"""\
+import json
+namespace = {{"__name__": "grader"}}
+with open("grader.py", encoding="utf-8") as source:
+    exec(compile(source.read(), "grader.py", "exec"), namespace)
+with open("input.json", encoding="utf-8") as data:
+    given = json.load(data)
+result = namespace["grade"](given["sample"], given["item"])
+ok = isinstance(result, (int, float)) and not isinstance(result, bool)
+print()
+print({PYTHON_MARKER!r} + json.dumps(float(result) if ok else None))
+"""
+
+
+def python_job(source: str, item: Any, sample: str) -> Job:
+    """The sandbox job that runs a python grader's grade(sample, item): `sample` has `output_text` and
+    `output_json` (the sample parsed as JSON, or None when it is not JSON); `item` is the dataset item."""
+    try:
+        output_json = parse.bounded_json(sample)
+    except ValueError:
+        output_json = None
+    given = {"sample": {"output_text": sample, "output_json": output_json}, "item": item}
+    return Job(
+        files=[
+            File(path="harness.py", content=_PYTHON_HARNESS),
+            File(path="grader.py", content=source),
+            File(path="input.json", content=json.dumps(given, ensure_ascii=False)),
+        ],
+        commands=[Command(argv=["/usr/bin/python3", "-I", "harness.py"], limits=PYTHON_LIMITS, name="grade")],
+        env={"PYTHONDONTWRITEBYTECODE": "1", "PYTHONIOENCODING": "utf-8"},
+    )
+
+
+def _run_python(grader: PythonGrader, item: Any, sample: str, outcome: Outcome) -> None:
+    """Run grade() in the sandbox. The sandbox failing is a server failure (503, python_grader_server_error);
+    grade() raising, running out of time or memory, or returning no finite number is reward 0 with
+    python_grader_runtime_error and its details (200, as OpenAI answers)."""
+    result = resolve_backend(None).run(python_job(grader.source, item, sample))
+    command = result.commands[-1] if result.commands else None
+    if command is None or command.verdict is RunVerdict.sandbox_error:
+        detail = command.detail if command else "the sandbox ran nothing"
+        outcome.errors["python_grader_server_error"] = True
+        outcome.errors["python_grader_server_error_type"] = "sandbox_error"
+        outcome.server_failure = f"python grader: sandbox_error: {detail}"
+        return
+    value: Any = None
+    last = command.stdout.rstrip("\n").rsplit("\n", 1)[-1]
+    if command.verdict is RunVerdict.ok and last.startswith(PYTHON_MARKER):
+        try:
+            value = json.loads(last[len(PYTHON_MARKER) :])
+        except ValueError:
+            value = None
+    if isinstance(value, (int, float)) and math.isfinite(value):
+        outcome.reward = float(value)
+        return
+    if command.verdict is not RunVerdict.ok:
+        details = f"grade() ended with {command.verdict.value}: {command.stderr[-500:]}"
+    else:
+        details = "grade() returned no finite number (it must return a float)"
+    outcome.errors["python_grader_runtime_error"] = True
+    outcome.errors["python_grader_runtime_error_details"] = details
+    outcome.reward = 0.0
 
 
 _WORD = re.compile(r"\w+|[^\w\s]")
@@ -738,7 +820,8 @@ async def _run_model(
 
 _GRADER_RULES = (
     "One of OpenAI's grader specs (string_check, text_similarity, score_model, label_model, python, multi), "
-    "validated by the server: its type's fields, templates, metrics and calculate_output formula (which "
+    "validated by the server: its type's fields, templates, metrics, content parts (no audio), python "
+    "source (must define grade) and calculate_output formula (which "
     "must have a value over the sub-rewards' ranges); lists and objects may nest at most 200 levels."
 )
 

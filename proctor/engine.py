@@ -23,6 +23,7 @@ from proctor.cache import LRUCache, NullCache, ResultCache, cache_key
 from proctor.capacity import PoolClosed
 from proctor.contract import (
     MAX_NESTING,
+    ChatMessage,
     ErrorBody,
     ItemError,
     RequestError,
@@ -31,9 +32,10 @@ from proctor.contract import (
     Status,
     Verdict,
     check_nesting,
+    content_text,
     request_error_from,
-    response_text,
 )
+from proctor.end_of_turn import Cut, cut_end_of_turn
 from proctor.registry import BaseOptions, VerifierSpec, get_verifier, load_plugins
 from proctor.settings import Settings, get_settings
 from proctor.worker_pool import WorkerPool
@@ -52,6 +54,10 @@ class Prepared:
     options: BaseOptions
     key: str
     started: float
+    end_tokens: tuple[str, ...] = ()
+    """The end-of-turn tokens the response was cut at (nested requests inherit them)."""
+    end_of_turn: dict[str, Any] | None = None
+    """What was cut from the response, as `details.end_of_turn` reports it; None when nothing was."""
 
     @property
     def size(self) -> int:
@@ -94,29 +100,96 @@ def check_request_nesting(request: ScoreRequest | dict[str, Any]) -> None:
         check_nesting(value, name, MAX_NESTING)
 
 
-def prepare(request: ScoreRequest | dict[str, Any]) -> Prepared:
-    """Look the verifier up and validate reference and options; raises RequestError (404 or 422)."""
+_outer_end_tokens: contextvars.ContextVar[tuple[str, ...] | None] = contextvars.ContextVar(
+    "proctor_end_tokens", default=None
+)
+"""The end tokens of the item whose async verifier is running, inherited by the requests it nests (multi)."""
+
+
+def resolve_end_tokens(options: BaseOptions, default: tuple[str, ...] | None = None) -> tuple[str, ...]:
+    """The tokens to cut at: the request's `options.end_tokens`, else `default` (an engine's settings), else
+    those of the request this one is nested in, else PROCTOR_END_TOKENS."""
+    if options.end_tokens is not None:
+        return tuple(options.end_tokens)
+    if default is not None:
+        return default
+    inherited = _outer_end_tokens.get()
+    return inherited if inherited is not None else get_settings().end_token_list
+
+
+def prepare(request: ScoreRequest | dict[str, Any], *, end_tokens: tuple[str, ...] | None = None) -> Prepared:
+    """Look the verifier up, validate reference and options and read the response; raises RequestError (404, 422).
+
+    The response is read once here for every route: end-of-turn tokens are cut (`cut_response`) at the
+    request's `options.end_tokens`, else `end_tokens`, else the service's list. The cache key is over the
+    text the verifier reads and the tokens it was cut at, so requests that differ only in their tokens never
+    share a score; what was cut is added to each Score's details, never cached with it.
+    """
     started = time.perf_counter()
     check_request_nesting(request)
     parsed = parse_request(request)
     spec = get_verifier(parsed.verifier)
     reference = spec.parse_reference(parsed.reference)
     options = spec.parse_options(parsed.options)
-    if spec.accepts_messages:
-        response: Any = (
-            parsed.response
-            if isinstance(parsed.response, str)
-            else [m.model_dump(exclude_none=True) for m in parsed.response]
-        )
-    else:
-        response = response_text(parsed.response)
+    tokens = resolve_end_tokens(options, end_tokens)
+    response, record = cut_response(parsed.response, tokens, messages=spec.accepts_messages)
     key = cache_key(
         spec.qualified_name,
         spec.reference_adapter.dump_python(reference, mode="json"),
         response,
-        options.model_dump(mode="json", exclude={"deadline_s"}),
+        {**options.model_dump(mode="json", exclude={"deadline_s"}), "end_tokens": list(tokens)},
     )
-    return Prepared(spec, parsed.id, response, reference, options, key, started)
+    return Prepared(spec, parsed.id, response, reference, options, key, started, tokens, record)
+
+
+def cut_response(
+    response: str | list[ChatMessage], tokens: tuple[str, ...], *, messages: bool = False
+) -> tuple[Any, dict[str, Any] | None]:
+    """The response a verifier reads, with end-of-turn tokens cut, and the record of what was cut.
+
+    A verifier of one text gets the string, or the last assistant message's content, cut. A verifier that
+    accepts messages gets the transcript with each assistant message's text cut (each text part of a list
+    content on its own); other roles' messages are not the model's output and stay as they are.
+    """
+    if isinstance(response, str):
+        cut = cut_end_of_turn(response, tokens)
+        return cut.text, _record([cut])
+    if not messages:
+        for message in reversed(response):
+            if message.role == "assistant":
+                cut = cut_end_of_turn(content_text(message.content), tokens)
+                return cut.text, _record([cut])
+        return "", None
+    dumped = [message.model_dump(exclude_none=True) for message in response]
+    cuts: list[Cut] = []
+    indexes: list[int] = []
+    for index, message in enumerate(dumped):
+        content = message.get("content")
+        if message["role"] != "assistant" or not tokens or content is None:
+            continue
+        if isinstance(content, str):
+            parts = [cut_end_of_turn(content, tokens)]
+            message["content"] = parts[0].text
+        else:
+            parts = []
+            for part in content:
+                if part.get("type", "text") == "text" and isinstance(part.get("text"), str):
+                    parts.append(cut_end_of_turn(part["text"], tokens))
+                    part["text"] = parts[-1].text
+        if any(part.token is not None for part in parts):
+            cuts.extend(parts)
+            indexes.append(index)
+    record = _record(cuts)
+    if record is not None:
+        record["messages"] = indexes
+    return dumped, record
+
+
+def _record(cuts: list[Cut]) -> dict[str, Any] | None:
+    made = [cut for cut in cuts if cut.token is not None]
+    if not made:
+        return None
+    return {"token": made[0].token, "cut_chars": sum(cut.cut_chars for cut in made)}
 
 
 def _run_inline(item: Prepared) -> Verdict:
@@ -150,6 +223,7 @@ def current_engine() -> Engine:
 
 async def _run_async(engine: Engine, item: Prepared) -> Verdict:
     token = _current_engine.set(engine)
+    tokens = _outer_end_tokens.set(item.end_tokens)
     try:
         coroutine = item.spec.score(item.response, item.reference, item.options)
         return await asyncio.wait_for(coroutine, item.deadline_s)
@@ -161,6 +235,7 @@ async def _run_async(engine: Engine, item: Prepared) -> Verdict:
             Status.verifier_error, "verifier_exception", error=f"{type(exc).__name__}: {exc}"
         )
     finally:
+        _outer_end_tokens.reset(tokens)
         _current_engine.reset(token)
 
 
@@ -252,9 +327,10 @@ class Engine:
         if hit is None:
             return None
         # A deep copy: callers own the Score they get, and must not be able to change the cached one.
-        return hit.model_copy(
+        score = hit.model_copy(
             update={"id": item.id, "cached": True, "elapsed_ms": _ms_since(item.started)}, deep=True
         )
+        return _with_cut(score, item)
 
     def _finish(self, item: Prepared, verdict: Verdict) -> Score:
         if not isinstance(verdict, Verdict):  # a verifier bug is a machinery failure, never a 500
@@ -276,7 +352,9 @@ class Engine:
         )
         if score.status is Status.ok:  # only true verdicts are cached, so an outage never sticks
             self.cache.put(item.key, score)
-        return score
+            if item.end_of_turn is not None:  # the cached Score keeps no item's own cut
+                score = score.model_copy(deep=True)
+        return _with_cut(score, item)
 
     def _submit(self, item: Prepared, *, block: bool) -> Future:
         payload = (item.response, item.reference, item.options)
@@ -293,7 +371,7 @@ class Engine:
 
     def score(self, request: ScoreRequest | dict[str, Any]) -> Score:
         """Score one request; raises RequestError for an unknown verifier or invalid fields."""
-        item = prepare(request)
+        item = prepare(request, end_tokens=self.settings.end_token_list)
         return self.score_prepared(item)
 
     def score_prepared(self, item: Prepared) -> Score:
@@ -389,7 +467,7 @@ class Engine:
         deferred: list[tuple[int, Prepared]] = []
         for offset, request in enumerate(requests):
             try:
-                item = prepare(request)
+                item = prepare(request, end_tokens=self.settings.end_token_list)
             except RequestError as exc:
                 done.append(_item_error(request, exc))
                 continue
@@ -406,6 +484,13 @@ class Engine:
 
 async def _gather_async(engine: Engine, items: list[Prepared]) -> list[Verdict]:
     return list(await asyncio.gather(*(_run_async(engine, item) for item in items)))
+
+
+def _with_cut(score: Score, item: Prepared) -> Score:
+    """The score with what this item's response lost to end-of-turn cutting in `details.end_of_turn`."""
+    if item.end_of_turn is not None:
+        score.details["end_of_turn"] = dict(item.end_of_turn)
+    return score
 
 
 def _item_error(request: Any, exc: RequestError) -> ItemError:

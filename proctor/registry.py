@@ -14,9 +14,9 @@ import threading
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from importlib.metadata import entry_points
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, TypeAdapter, ValidationError
 
 from proctor.contract import RequestError, Verdict, request_error_from
 
@@ -52,6 +52,13 @@ class BaseOptions(BaseModel):
 
     deadline_s: float | None = Field(
         default=None, gt=0, le=600, description="Hard deadline for scoring this item (pool verifiers)."
+    )
+    end_tokens: list[Annotated[str, StringConstraints(min_length=1, max_length=100)]] | None = Field(
+        default=None,
+        max_length=64,
+        description="End-of-turn tokens cut from the response before the verifier reads it: each one that "
+        "cannot be ordinary text cuts the response where it first occurs, markup-like ones (`</s>`, `<eos>`) "
+        "only at the end. Unset: the service's list (PROCTOR_END_TOKENS); an empty list cuts nothing.",
     )
 
 

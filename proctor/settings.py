@@ -6,9 +6,10 @@ import os
 from functools import lru_cache
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from proctor.end_of_turn import parse_end_tokens
 from proctor.policy import FailurePolicy
 
 
@@ -150,6 +151,14 @@ class Settings(BaseSettings):
         "may not choose one. PROCTOR_EMBEDDINGS_API_KEY is sent only to PROCTOR_EMBEDDINGS_BASE_URL.",
     )
 
+    # Reading responses
+    end_tokens: str | None = Field(
+        None,
+        description="End-of-turn tokens cut from every response before a verifier reads it (not /run_code), "
+        "comma-separated or a JSON list; unset: the built-in list; empty: cut nothing. A request's "
+        "options.end_tokens overrides it.",
+    )
+
     # Result cache
     cache_size: int = Field(
         100_000, ge=0, description="Entries in the in-process LRU result cache; 0 disables it."
@@ -165,6 +174,17 @@ class Settings(BaseSettings):
         "answers 503 so the trainer retries and then stops loudly, never training on a failure as a reward.",
     )
     failure_value: float = Field(0.0, description="The reward a failure returns under on_failure=value.")
+
+    @field_validator("end_tokens")
+    @classmethod
+    def _end_tokens_parse(cls, value: str | None) -> str | None:
+        parse_end_tokens(value)  # a bad list fails at start-up, not at the first request
+        return value
+
+    @property
+    def end_token_list(self) -> tuple[str, ...]:
+        """`end_tokens` as a tuple: the built-in list when unset, empty when set to nothing."""
+        return parse_end_tokens(self.end_tokens)
 
 
 @lru_cache(maxsize=1)

@@ -323,7 +323,8 @@ def _multi_over_a(calculate_output: str) -> dict:
             "grader",
             "meteor",
         ),
-        ({"type": "python", "name": "p", "source": "def grade(s, i): return 1"}, "grader", "not supported"),
+        ({"type": "python", "name": "p", "source": "def nope(s, i): return 1"}, "grader.source", "grade("),
+        ({"type": "python", "name": "p", "source": "def grade(s, i) return 1"}, "grader.source", "not valid"),
         (
             {
                 "type": "string_check",

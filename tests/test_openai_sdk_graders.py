@@ -200,3 +200,67 @@ def test_meteor_grader_runs(http, route):
     ).json()
     assert body["reward"] == pytest.approx(meteor("the cats sat", "the cat sat"))
     assert body["metadata"]["scores"]["passed"] is True
+
+
+# -- python graders, in the sandbox -----------------------------------------------------------------------------
+
+GRADE = """
+def grade(sample, item):
+    if sample["output_json"] is not None:
+        return float(sample["output_json"]["total"] == item["total"])
+    return 0.5 if item["word"] in sample["output_text"] else 0.0
+"""
+
+
+def _python(source: str) -> dict:
+    return {"type": "python", "name": "py", "source": source}
+
+
+def test_sdk_python_grader_runs_in_the_sandbox(client, backend):
+    grader = _python(GRADE)
+    graders = client.fine_tuning.alpha.graders
+    assert graders.run(grader=grader, model_sample='{"total": 12}', item={"total": 12}).reward == 1.0  # type: ignore[arg-type]
+    assert graders.run(grader=grader, model_sample='{"total": 13}', item={"total": 12}).reward == 0.0  # type: ignore[arg-type]
+    half = graders.run(grader=grader, model_sample="a cat", item={"word": "cat"})  # type: ignore[arg-type]
+    assert half.reward == 0.5 and half.metadata.errors.python_grader_runtime_error is False
+    assert graders.validate(grader=grader).grader.type == "python"  # type: ignore[arg-type, union-attr]
+
+
+def test_python_grader_cannot_see_the_service_host(http, backend):
+    checkout = Path(__file__).resolve().parents[1]
+    source = f"import os\ndef grade(sample, item):\n    return float(os.path.exists({str(checkout)!r}))\n"
+    body = http.post("/v1/graders/run", json={"grader": _python(source), "model_sample": "x"}).json()
+    assert body["reward"] == 0.0 and body["metadata"]["errors"]["python_grader_runtime_error"] is False
+
+
+@pytest.mark.parametrize(
+    ("source", "words"),
+    [
+        ("def grade(sample, item):\n    return 1 / 0\n", "ZeroDivisionError"),
+        ("def grade(sample, item):\n    return 'yes'\n", "no finite number"),
+        ("def grade(sample, item):\n    while True:\n        pass\n", "time_limit"),
+    ],
+)
+def test_a_python_grader_that_fails_is_reward_0_with_its_runtime_error(http, backend, source, words):
+    response = http.post(
+        "/v1/fine_tuning/alpha/graders/run", json={"grader": _python(source), "model_sample": "x"}
+    )
+    assert response.status_code == 200, response.text
+    body = response.json()
+    errors = body["metadata"]["errors"]
+    assert body["reward"] == 0.0 and errors["python_grader_runtime_error"] is True
+    assert words in errors["python_grader_runtime_error_details"]
+
+
+def test_a_python_grader_inside_multi(http, backend):
+    grader = {
+        "type": "multi",
+        "name": "m",
+        "graders": {"py": _python(GRADE), "city": CHECK},
+        "calculate_output": "py + city",
+    }
+    body = http.post(
+        "/v1/graders/run",
+        json={"grader": grader, "model_sample": "Paris", "item": {"word": "Par", "city": "x"}},
+    ).json()
+    assert body["sub_rewards"] == {"py": 0.5, "city": 0.0} and body["reward"] == 0.5

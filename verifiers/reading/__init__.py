@@ -9,7 +9,8 @@ Each concern is one module, all pure functions linear in their input (no recursi
 - `tags`: `<answer>...</answer>`;
 - `lines`: "Answer: x" lines and the last line;
 - `fences`: fenced code blocks;
-- `turns`: end-of-turn tokens (`<|im_end|>`, `<|eot_id|>`, ...);
+- `turns`: end-of-turn tokens (`<|im_end|>`, `<|eot_id|>`, ...), which the engine cuts before any verifier
+  reads a response;
 - `answer`: `extract_answer` (one method, or `auto`) and `clip` for a Score's details.
 
 Nothing here imports a verifier family or registers anything.
@@ -27,7 +28,7 @@ from proctor.verifiers.reading.tags import (
     last_answer_tag,
 )
 from proctor.verifiers.reading.think import THINK_CLOSE, THINK_OPEN, after_think
-from proctor.verifiers.reading.turns import END_OF_TURN_TOKENS, strip_end_of_turn
+from proctor.verifiers.reading.turns import END_OF_TURN_TOKENS, cut_end_of_turn, strip_end_of_turn
 
 __all__ = [
     "ANSWER_CLOSE",
@@ -44,6 +45,7 @@ __all__ = [
     "all_answer_tags",
     "all_boxed",
     "clip",
+    "cut_end_of_turn",
     "extract_answer",
     "fenced_blocks",
     "has_answer_line",

@@ -1,0 +1,143 @@
+"""End-of-turn tokens: where a chat model's turn ends, and what the engine cuts before any verifier reads.
+
+A generation returned with its stop token (`skip_special_tokens=False`, as OpenRLHF decodes and slime keeps by
+default, or a server that echoes the stop string) ends in one of these; a model that runs past its turn
+writes the next turn after one. Neither is the answer. `cut_end_of_turn` applies the one rule, for every
+verifier and route except `/run_code` (docs/service/end-of-turn.md):
+
+- a token that cannot be ordinary text (`<|im_end|>`, `<end_of_turn>`, DeepSeek's `<｜end▁of▁sentence｜>`)
+  ends the turn where it first occurs: it and everything after it are cut;
+- a token that reads as an HTML or XML tag (`</s>`, `<eos>`: `<`, an optional `/`, letters, digits or
+  hyphens, `>`) is cut only at the very end, because programs and markup contain it
+  (`"<s>old</s> new"`, a string literal in a program);
+- then the run of tokens (and the blanks between them) that ends what is left is cut.
+
+Blanks before the first cut token stay, and nothing else changes. Every step is linear in the text.
+
+This lives in the core because the engine applies it before a verifier runs (the engine sits below the
+verifiers); the neutral reader, `proctor.verifiers.reading.turns`, re-exports it for verifiers and
+environments.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from functools import lru_cache
+
+END_OF_TURN_TOKENS: tuple[str, ...] = (
+    "<|im_end|>",  # ChatML (Qwen, Phi-4, many fine-tunes)
+    "<|eot_id|>",  # Llama 3
+    "<|eom_id|>",  # Llama 3.1, end of a tool-calling message
+    "<|end_of_text|>",  # Llama 3 base models
+    "<|end|>",  # Phi-3, gpt-oss
+    "<|return|>",  # gpt-oss
+    "<end_of_turn>",  # Gemma
+    "<|endoftext|>",  # GPT-2 family, Qwen base models, Falcon
+    "<|EOT|>",  # DeepSeek-Coder
+    "<|END_OF_TURN_TOKEN|>",  # Cohere Command R
+    "<｜end▁of▁sentence｜>",  # DeepSeek V3 / R1
+    "</s>",  # Llama 2, Mistral (markup-like: cut only at the end)
+    "<eos>",  # Gemma (markup-like: cut only at the end)
+)
+"""The built-in end-of-turn and end-of-sequence tokens, as text (`PROCTOR_END_TOKENS` replaces the list)."""
+
+_MARKUP = re.compile(r"</?[A-Za-z][A-Za-z0-9-]*>")
+
+
+def is_markup(token: str) -> bool:
+    """Whether a token also reads as an HTML/XML tag (`</s>`, `<eos>`): such a token is cut only at the end."""
+    return _MARKUP.fullmatch(token) is not None
+
+
+@dataclass(frozen=True)
+class Cut:
+    """What `cut_end_of_turn` kept, and what it removed."""
+
+    text: str
+    """The text a verifier reads."""
+    token: str | None = None
+    """The token at the start of the removed part; None when nothing was cut."""
+    cut_chars: int = 0
+    """Characters removed from the end of the original text."""
+
+
+def _trailing(text: str, tokens: tuple[str, ...]) -> tuple[int, str | None]:
+    """Where the run of tokens (and the blanks between them) that ends text starts, and its first token.
+
+    Linear: each step moves the cut left past one token.
+    """
+    cut, first = len(text), None
+    while True:
+        position = cut
+        while position > 0 and text[position - 1].isspace():
+            position -= 1
+        for token in tokens:
+            if token and text.endswith(token, 0, position):
+                cut, first = position - len(token), token
+                break
+        else:
+            return cut, first
+
+
+def strip_end_of_turn(text: str, tokens: tuple[str, ...] = END_OF_TURN_TOKENS) -> str:
+    """The text without the run of end-of-turn tokens (and the blanks between them) that ends it.
+
+    Blanks before the first removed token stay; a text that ends in no token is returned unchanged. Tokens in
+    the middle are left alone (`cut_end_of_turn` is the engine's whole rule).
+    """
+    return text[: _trailing(text, tokens)[0]]
+
+
+def cut_end_of_turn(text: str, tokens: tuple[str, ...] = END_OF_TURN_TOKENS) -> Cut:
+    """The text up to the first end-of-turn token that cannot be ordinary text, without trailing tokens.
+
+    See the module's docstring for the rule; an empty `tokens` cuts nothing.
+    """
+    end, first = len(text), None
+    for token in tokens:
+        if not token or is_markup(token):
+            continue
+        index = text.find(token, 0, end + len(token))
+        if index != -1 and (index < end or (index == end and first is not None and len(token) > len(first))):
+            end, first = index, token
+    cut, trailing = _trailing(text[:end], tokens)
+    if trailing is not None:
+        first = trailing
+    if first is None:
+        return Cut(text)
+    return Cut(text[:cut], first, len(text) - cut)
+
+
+def parse_end_tokens(value: str | list[str] | tuple[str, ...] | None) -> tuple[str, ...]:
+    """A token list from `PROCTOR_END_TOKENS`: unset means the built-in list, empty means none.
+
+    A value starting with `[` is a JSON list of strings; anything else is comma-separated (blanks around each
+    token are dropped). Raises ValueError for a JSON value that is not a list of non-empty strings.
+    """
+    if value is None:
+        return END_OF_TURN_TOKENS
+    if isinstance(value, (list, tuple)):
+        return _checked(list(value))
+    return _parse_text(value)
+
+
+@lru_cache(maxsize=16)
+def _parse_text(value: str) -> tuple[str, ...]:
+    stripped = value.strip()
+    if stripped.startswith("["):
+        try:
+            loaded = json.loads(stripped)
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"not a JSON list of tokens: {exc}") from None
+        if not isinstance(loaded, list):
+            raise ValueError("not a JSON list of tokens")
+        return _checked(loaded)
+    return tuple(token.strip() for token in stripped.split(",") if token.strip())
+
+
+def _checked(tokens: list[object]) -> tuple[str, ...]:
+    if not all(isinstance(token, str) and token for token in tokens):
+        raise ValueError("every end token must be a non-empty string")
+    return tuple(tokens)  # type: ignore[arg-type]
