@@ -68,6 +68,8 @@ def test_every_verifier_is_documented():
     missing = []
     for spec in proctor.all_verifiers():
         name = spec.name
+        if not spec.score.__module__.startswith("proctor."):
+            continue  # test verifiers other tests register in this process
         if name.startswith("puzzle.") and name != "puzzle.mix":
             family = name.removeprefix("puzzle.")
             if not re.search(rf"(^|[|,`\s]){re.escape(family)}([`|,\s]|$)", puzzles, re.M):
