@@ -6,7 +6,12 @@ the trainer POSTs `{"query": [...], "prompts": [...], "labels": [...]}` to `--re
 one sample per request (with several URLs the batch is split, so a server can also get empty lists), and reads
 `rewards` (advantages), `scores` (dynamic filtering; falls back to `rewards`) and `extra_logs` (each value is
 turned into a tensor and logged, so it must be numeric). `query` is the decoded prompt + response with special
-tokens kept; `prompts` is the prompt text. A non-2xx answer is retried 5 times, 1 s apart; after that the
+tokens kept; `prompts` is the prompt text. When the prompt is longer than `max_len` leaves room for, OpenRLHF
+keeps its last tokens (`prompt_token_ids[-max_prompt_length:]`), so `query` no longer starts with `prompts[i]`:
+the response is then what follows the prompt's final assistant header (`proctor.adapters.labels.strip_prompt`).
+`labels` are the dataset's label column as loaded, so a GSM8K answer is an int: labels may be any JSON value
+(`proctor.adapters.labels` says how each is read; a number is its canonical string). Rechecked against the
+openrlhf 0.11.2 wheel (`SingleTurnAgentExecutor._fetch_rewards_via_http`). A non-2xx answer is retried 5 times, 1 s apart; after that the
 sample has no reward and the experience maker stops with "reward_model_group is required when rewards are not
 precomputed". Dynamic filtering (`--algo.dynamic_filtering_enable`, range `--algo.dynamic_filtering_range`,
 default (0, 1)) drops a prompt's whole group of samples when `not (low < mean(scores) < high)`; a NaN score
@@ -23,12 +28,16 @@ answer come from `proctor.adapters.openrlhf`, which its file-based `reward_func`
 
 slime (checked against THUDM/slime at 624b824, 2026-08; `slime/rollout/rm_hub/__init__.py`, `remote_rm`):
 with `--rm-type remote_rm --rm-url URL` slime POSTs `{"prompt", "response", "label"}` per sample (prompt may be
-a chat message list, label a string or None), retries up to 10 times with exponential backoff on any error,
+a chat message list, label whatever the dataset holds, None for an unlabelled sample), retries up to 10 times with exponential backoff on any error,
 then raises; on success `sample.reward = await resp.json()`, i.e. the bare JSON value (a number; a dict only
 with `--reward-key`). So this route answers a bare number, or `null` under on_failure=none. slime has no
 reward value that masks a sample: its group normalisation and `check_reward_nonzero_std` call torch.tensor on
 the rewards, which fails on None, so `none` needs a `--rollout-sample-filter-path` function that sets
 `remove_sample = True` and a numeric reward on samples whose reward is None; otherwise use raise or value.
+A None label is answered at once with failure_value (HTTP 200, whatever on_failure says): a 422 would be
+retried for about 2.5 minutes and then crash the rollout. `proctor.adapters.slime.sample_filter` (for
+`--rollout-sample-filter-path`) removes unlabelled samples and those whose reward is None.
+`proctor.adapters.slime.custom_rm` is the same scoring for `--custom-rm-path`, without the route.
 """
 
 from __future__ import annotations
@@ -39,7 +48,8 @@ from fastapi import APIRouter, Depends, Query
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.responses import Response
 
-from proctor.adapters.openrlhf import label_request, reward_payload, strip_prompt
+from proctor.adapters.labels import BadLabel, label_request, strip_prompt
+from proctor.adapters.openrlhf import reward_payload
 from proctor.api.rendering import json_response
 from proctor.api.responses import VERIFIER_REFERENCE, error_responses, server_validated
 from proctor.api.state import ServiceState, get_state
@@ -59,9 +69,10 @@ class OpenRLHFRequest(BaseModel):
     prompts: list[str] = Field(
         description="The prompt of each query (as many as queries); removed from its start when present."
     )
-    labels: list[str | dict[str, Any]] = Field(
-        description='One per query: a gold answer for the default verifier, or JSON {"verifier", "reference", '
-        '"options"?}.'
+    labels: list[Any] = Field(
+        description='One per query: a label object {"verifier", "reference", "options"?} (or a string holding '
+        "one), else a bare reference for the default verifier: a string, a number (as its canonical string), "
+        "a list (several golds) or the verifier's reference object. null is a 422."
     )
 
 
@@ -82,8 +93,11 @@ class SlimeRequest(BaseModel):
 
     prompt: str | list[dict[str, Any]] | None = Field(default=None, description="Not used for scoring.")
     response: str
-    label: str | dict[str, Any] = Field(
-        description='A gold answer for the default verifier, or JSON {"verifier", "reference", "options"?}.'
+    label: Any = Field(
+        description='A label object {"verifier", "reference", "options"?} (or a string holding one), else a bare '
+        "reference for the default verifier: a string, a number (as its canonical string), a list (several "
+        "golds) or the verifier's reference object. null (an unlabelled sample) is answered at once with "
+        "failure_value, whatever on_failure says."
     )
 
 
@@ -106,13 +120,13 @@ def failure_policy(
 
 
 def compat_request(
-    label: str | dict[str, Any], response: str, default_verifier: str, field: str
+    label: Any, response: str, default_verifier: str, field: str
 ) -> tuple[dict[str, Any], bool]:
-    """The score request for a compat label (see adapters.openrlhf.label_request); a bad label is a 422 at field."""
-    request, named = label_request(label, response, default_verifier)
-    if isinstance(label, dict) and not named:
-        raise RequestError(422, f'{field}: a label object needs "verifier" and "reference" keys', field)
-    return request, named
+    """The score request for a compat label (see adapters.labels.label_request); a bad label is a 422 at field."""
+    try:
+        return label_request(label, response, default_verifier)
+    except BadLabel as exc:
+        raise RequestError(422, f"{field}: {exc}", field) from None
 
 
 def label_error(exc: RequestError, label_field: str, structured: bool) -> RequestError:
@@ -195,6 +209,11 @@ async def slime_reward(
     state: ServiceState = Depends(get_state),
 ) -> Response:
     """Score one slime sample; the answer is the bare reward (null for a failure under on_failure=none)."""
+    on_failure, value = policy
+    if body.label is None:
+        # An unlabelled sample has nothing to score against. A 4xx would make slime retry for minutes and then
+        # crash the rollout, so it is failure_value at once; proctor.adapters.slime.sample_filter removes it.
+        return json_response(value)
     request, named = compat_request(body.label, body.response, state.settings.default_verifier, "label")
     try:
         item = prepare(request)
@@ -204,5 +223,4 @@ async def slime_reward(
     async with state.admission.slot():
         result = await engine.score_async(item)
     state.metrics.observe_score(result)
-    on_failure, value = policy
     return json_response(reward_or_policy(result, on_failure, value))

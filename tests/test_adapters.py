@@ -386,3 +386,88 @@ async def test_trl_and_verl_with_text_match(live_server: str) -> None:
     verl.configure(server_url=live_server, verifiers={"openai/gsm8k": "text.match"})
     result = verl.compute_score("openai/gsm8k", "The answer is \\boxed{18}", "18", {"split": "train"})
     assert result["score"] == 1.0 and result["status"] == "ok"
+
+
+# -- issue 16: labels of any JSON type, and the response of a left-truncated OpenRLHF query -------------------
+
+
+def test_bare_labels_of_each_json_type() -> None:
+    from proctor.adapters.labels import BadLabel, bare_reference, canonical_number
+
+    assert [canonical_number(n) for n in (42, -3, 42.0, 0.5, 1e-7, 10**20, 1e20)] == [
+        "42",
+        "-3",
+        "42",
+        "0.5",
+        "1e-07",
+        "100000000000000000000",
+        "100000000000000000000",
+    ]
+    assert bare_reference("42") == "42"
+    assert bare_reference(72) == "72"
+    assert bare_reference([71, "72", 0.5]) == {"answer": ["71", "72", "0.5"]}
+    assert bare_reference({"answer": "x", "op": "contains"}) == {"answer": "x", "op": "contains"}
+    for bad in (None, True, math.nan, math.inf, {"verifier": "text.match"}, {"reference": "x"}, object()):
+        with pytest.raises(BadLabel):
+            bare_reference(bad)
+    assert openrlhf.parse_label(72, "math") == ("math", "72", {})
+
+
+def test_openrlhf_reward_func_takes_numeric_labels_and_rejects_missing_ones(in_process: Engine) -> None:
+    prompt = "<|im_start|>user\n6*7?<|im_end|>\n<|im_start|>assistant\n"
+    queries = [prompt + "The answer is 42", prompt + "The answer is 42", prompt + "x"]
+    out = openrlhf.reward_func(
+        queries, [prompt] * 3, [42, 42.0, None], on_failure="value", failure_value=-1.0
+    )
+    assert out["rewards"] == [1.0, 1.0, -1.0]
+    assert out["extra_logs"]["proctor_rejected"] == [0.0, 0.0, 1.0]
+    with pytest.raises(ProctorRequestError) as caught:
+        openrlhf.reward_func(queries[2:], [prompt], [None], on_failure="raise")
+    assert caught.value.field == "labels.0"
+
+
+CHATML = (
+    "<|im_start|>system\nBe brief.<|im_end|>\n"
+    "<|im_start|>user\n1+1?<|im_end|>\n<|im_start|>assistant\n2<|im_end|>\n"
+    "<|im_start|>user\n6*7? Not 41.<|im_end|>\n<|im_start|>assistant\n"
+)
+
+
+@pytest.mark.parametrize(
+    ("prompt", "header"),
+    [
+        (CHATML, "<|im_start|>assistant\n"),
+        (
+            "<|start_header_id|>user<|end_header_id|>\n\nq<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n",
+            "<|start_header_id|>assistant<|end_header_id|>\n\n",
+        ),
+        ("<start_of_turn>user\nq<end_of_turn>\n<start_of_turn>model\n", "<start_of_turn>model\n"),
+        ("<｜User｜>q<｜Assistant｜><think>\n", "<｜Assistant｜><think>\n"),
+        ("[INST] q [/INST]", "[/INST]"),
+        ("Question: q\nAnswer:", None),
+    ],
+)
+def test_final_assistant_header(prompt: str, header: str | None) -> None:
+    from proctor.adapters.labels import final_assistant_header
+
+    assert final_assistant_header(prompt) == header
+
+
+def test_strip_prompt_rule() -> None:
+    from proctor.adapters.labels import strip_prompt
+
+    # 1. the query starts with the prompt
+    assert strip_prompt(CHATML + "42", CHATML) == "42"
+    # 2. left truncation: after the final assistant header, wherever the cut fell (even mid-token)
+    for keep in (len(CHATML) - 1, len(CHATML) - 30, 40, len("<|im_start|>assistant\n")):
+        assert strip_prompt("\ufffd" + CHATML[-keep:] + "42", CHATML) == "42", keep
+    # ... passing over the header where the model wrote it itself (a run-on turn)
+    run_on = "42<|im_end|>\n<|im_start|>assistant\n41"
+    assert strip_prompt("\ufffd\ufffd" + CHATML[-60:] + run_on, CHATML) == run_on
+    # ... and the last occurrence when no occurrence follows the prompt's own text (decoding changed it)
+    changed = CHATML[-60:].replace("Not 41", "not 41")
+    assert strip_prompt(changed + "42", CHATML) == "42"
+    # 3. no assistant header in the prompt, or none left in the query: the whole query
+    assert strip_prompt("tail of a question? 42", "Question: a question?") == "tail of a question? 42"
+    assert strip_prompt("istant\n42", CHATML) == "istant\n42"
+    assert strip_prompt("anything", "") == "anything"

@@ -234,3 +234,96 @@ def test_compat_failure_policy_defaults_come_from_settings(start_server: Callabl
     base = start_server(PROCTOR_ON_FAILURE="none")
     assert post(base, SLIME, {"response": "sleep", "label": SLEEPER_LABEL}).json() is None
     assert post(base, SLIME, {"response": "sleep", "label": SLEEPER_LABEL}, on_failure="value").json() == 0.0
+
+
+# -- issue 16: OpenRLHF's real payloads (labels of any JSON type, left-truncated queries) --------------------
+
+QWEN_PROMPT = (
+    "<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n"
+    "<|im_start|>user\nNatalia sold clips to 48 of her friends in April, and then she sold half as many clips "
+    "in May. How many clips did Natalia sell altogether in April and May? (Not 41.)<|im_end|>\n"
+    "<|im_start|>assistant\n"
+)
+
+
+def openrlhf_request(query: str, prompt: str, label: object) -> bytes:
+    """The body OpenRLHF 0.11.2 sends for one sample, byte for byte.
+
+    `SingleTurnAgentExecutor._fetch_rewards_via_http` (openrlhf/utils/agent.py) posts
+    `{"query": [...], "prompts": [...], "labels": [...]}` with aiohttp's `json=`, i.e. `json.dumps` with its
+    defaults, one sample per request; the label is the dataset's value as loaded (an int for GSM8K). OpenRLHF's
+    own client needs aiohttp and, through `openrlhf.utils`, torch, transformers and pylatexenc, which this
+    environment does not install for it, so the tests replay its exact request instead.
+    """
+    return json.dumps({"query": [query], "prompts": [prompt], "labels": [label]}).encode()
+
+
+def openrlhf_post(base: str, query: str, prompt: str, label: object) -> httpx.Response:
+    """POST as OpenRLHF does (aiohttp: JSON body, then raise_for_status and json())."""
+    return httpx.post(
+        f"{base}{OPENRLHF}",
+        content=openrlhf_request(query, prompt, label),
+        headers={"Content-Type": "application/json"},
+        timeout=60,
+    )
+
+
+@pytest.mark.parametrize(
+    ("label", "response", "expected"),
+    [
+        (72, "She sold 48 + 24 = 72 clips.\nThe answer is 72", 1.0),  # GSM8K's answers are ints
+        (72, "The answer is 71", 0.0),
+        (72.0, "The answer is 72", 1.0),  # an integral float is the int's string
+        (0.5, "The answer is 0.5", 1.0),
+        ([71, "72"], "The answer is 72", 1.0),  # a list: several golds, any may match
+        ({"answer": "72", "op": "contains"}, "the answer: 72 clips", 1.0),  # the default verifier's object
+    ],
+)
+def test_openrlhf_labels_of_any_json_type(
+    live_server: str, label: object, response: str, expected: float
+) -> None:
+    answer = openrlhf_post(live_server, QWEN_PROMPT + response, QWEN_PROMPT, label)
+    assert answer.status_code == 200, answer.text  # before: a 422 for every non-string label
+    result = answer.json()
+    assert result["rewards"] == [expected] and result["scores"] == [expected]
+    assert result["extra_logs"]["proctor_status_ok"] == [1.0]
+
+
+@pytest.mark.parametrize("label", [None, True, [], {"verifier": "text.match"}])
+def test_openrlhf_label_that_is_no_reference_is_a_422_naming_it(live_server: str, label: object) -> None:
+    body = {"query": ["a", "b"], "prompts": ["", ""], "labels": ["a", label]}
+    error = error_of(post(live_server, OPENRLHF, body), 422)
+    assert error["field"].startswith("labels.1"), error
+
+
+def left_truncated(prompt: str, response: str, keep: int) -> str:
+    """OpenRLHF's query when it kept only the prompt's last tokens: a cut token decodes to U+FFFD."""
+    return "\ufffd" + prompt[len(prompt) - keep :] + response
+
+
+def test_openrlhf_left_truncated_query_scores_the_response_only(live_server: str) -> None:
+    # The prompt holds "41"; before, the whole query was scored when it did not start with the prompt.
+    label = json.dumps({"verifier": "test.misbehave", "reference": "The answer is 72."})
+    query = left_truncated(QWEN_PROMPT, "The answer is 72.", keep=120)
+    assert not query.startswith(QWEN_PROMPT)
+    result = openrlhf_post(live_server, query, QWEN_PROMPT, label).json()
+    assert result["rewards"] == [1.0], result  # test.misbehave: exactly the response, nothing of the prompt
+    truncated = left_truncated(QWEN_PROMPT, "The answer is 72", keep=60)
+    plain = openrlhf_post(
+        live_server, truncated, QWEN_PROMPT, 72
+    ).json()  # the default verifier, a numeric label
+    assert plain["rewards"] == [1.0]
+
+
+def test_openrlhf_left_truncation_with_earlier_assistant_turns(live_server: str) -> None:
+    few_shot = (
+        "<|im_start|>user\n1+1?<|im_end|>\n<|im_start|>assistant\n2<|im_end|>\n"
+        "<|im_start|>user\n2+3?<|im_end|>\n<|im_start|>assistant\n5<|im_end|>\n"
+    )
+    prompt = few_shot + "<|im_start|>user\n6*7?<|im_end|>\n<|im_start|>assistant\n"
+    label = json.dumps({"verifier": "test.misbehave", "reference": "42"})
+    # Earlier assistant turns of the prompt survive the cut: the response still starts after the final one.
+    query = left_truncated(prompt, "42", keep=len(prompt) - 10)
+    assert openrlhf_post(live_server, query, prompt, label).json()["rewards"] == [1.0]
+    # (A response that writes the header itself: tests/test_adapters.py, at the level of strip_prompt, since
+    # the service also cuts a run-on turn at its end-of-turn token.)

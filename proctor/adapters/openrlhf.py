@@ -7,9 +7,14 @@ OpenRLHF reaches a reward in one of two ways, both with the same payload, `(quer
   labels)`; a file holding `from proctor.adapters.openrlhf import reward_func` scores with Proctor, through
   $PROCTOR_URL when set, else in the OpenRLHF process.
 
-Each label is a string (OpenRLHF's `--data.label_key` column). `label(verifier, reference, options)` writes
-the JSON object form, which names the verifier; any other string is a plain gold answer for the default
-verifier ($PROCTOR_DEFAULT_VERIFIER, else text.match). The response is the query with its prompt removed.
+Each label is OpenRLHF's `--data.label_key` column, whatever JSON type the dataset gives it. A label object (or
+a string holding one) with `verifier` and `reference` names the verifier (`label(verifier, reference, options)`
+writes it); any other label is a bare reference for the default verifier ($PROCTOR_DEFAULT_VERIFIER, else
+text.match): a string as is, a number as its canonical string (GSM8K's `42` -> "42"), a list as several golds,
+an object as the verifier's reference object; None and booleans are rejected (see `proctor.adapters.labels`).
+The response is the query with its prompt removed; when the query does not start with the prompt (OpenRLHF
+cut the prompt's tokens on the left to fit `max_len`), it is what follows the prompt's final assistant header
+(`proctor.adapters.labels.strip_prompt` gives the exact rule).
 
 Failure policy in OpenRLHF (`on_failure`; default $PROCTOR_ON_FAILURE, else `raise`, as for the service's route):
 - `raise`: reward_func raises ScoringFailed. OpenRLHF's agent executor catches exceptions from the reward
@@ -24,9 +29,9 @@ Failure policy in OpenRLHF (`on_failure`; default $PROCTOR_ON_FAILURE, else `rai
 `extra_logs` carries `proctor_failed` and one 0/1 flag per status (`proctor_status_ok`, ...,
 `proctor_rejected`), which OpenRLHF logs.
 
-This module is the one place that reads labels and builds OpenRLHF's answer; the service's
-`/compat/openrlhf/get_reward` route calls `label_request`, `strip_prompt` and `reward_payload` from here, so the
-two paths cannot drift apart.
+Labels and prompts are read by `proctor.adapters.labels`, OpenRLHF's answer is built here; the service's
+`/compat/openrlhf/get_reward` route calls the same `label_request`, `strip_prompt` and `reward_payload`, so the
+two paths cannot drift apart. Checked against openrlhf 0.11.2 (`openrlhf/utils/agent.py`).
 """
 
 from __future__ import annotations
@@ -47,7 +52,8 @@ from proctor.adapters._common import (
     server_url_from_env,
     warn_failures,
 )
-from proctor.contract import Score, Status
+from proctor.adapters.labels import BadLabel, label_request, strip_prompt
+from proctor.contract import ErrorBody, ItemError, Score, Status
 from proctor.settings import Settings
 
 STATUS_LOG_KEYS = tuple(f"proctor_status_{status.value}" for status in Status)
@@ -61,42 +67,10 @@ def label(verifier: str, reference: Any, options: dict[str, Any] | None = None) 
     return json.dumps(body, ensure_ascii=False, separators=(",", ":"))
 
 
-def _label_object(raw: Any) -> Any:
-    if not isinstance(raw, str):
-        return raw
-    if not raw.lstrip().startswith("{"):
-        return None
-    try:
-        return json.loads(raw)
-    except (ValueError, RecursionError):  # deeply nested JSON is still only a string, never a crash
-        return None
-
-
-def label_request(raw: Any, response: str, default_verifier: str) -> tuple[dict[str, Any], bool]:
-    """The score request for a response under its label `raw`, and whether the label named its own verifier.
-
-    A label that is (or parses as) a JSON object with `verifier` and `reference` keys names the verifier,
-    with optional `options`; their values go to the engine as given, so a bad one is rejected naming its
-    field rather than quietly scored some other way. Anything else is a plain gold answer for default_verifier.
-    """
-    body = _label_object(raw)
-    if isinstance(body, dict) and "verifier" in body and "reference" in body:
-        request = {"verifier": body["verifier"], "response": response, "reference": body["reference"]}
-        if "options" in body:
-            request["options"] = body["options"]
-        return request, True
-    return {"verifier": default_verifier, "response": response, "reference": raw}, False
-
-
 def parse_label(raw: Any, default_verifier: str) -> tuple[Any, Any, Any]:
     """(verifier, reference, options) from a label: its JSON object form, else a gold answer for default_verifier."""
     request, _ = label_request(raw, "", default_verifier)
     return request["verifier"], request["reference"], request.get("options", {})
-
-
-def strip_prompt(query: str, prompt: str) -> str:
-    """The response part of an OpenRLHF query (prompt + response), or the whole query if it does not start so."""
-    return query[len(prompt) :] if prompt and query.startswith(prompt) else query
 
 
 def status_logs(results: Sequence[Result], *, with_rejected: bool = True) -> dict[str, list[float]]:
@@ -134,10 +108,23 @@ def reward_func(queries: list[str], prompts: list[str], labels: list[Any], **kwa
     value = float(kwargs.get("failure_value", settings.failure_value))
     if not len(queries) == len(prompts) == len(labels):
         raise ValueError("queries, prompts and labels differ in length")
-    requests = [
-        label_request(plain(text), strip_prompt(str(query), str(prompt)), settings.default_verifier)[0]
-        for query, prompt, text in zip(queries, prompts, labels, strict=True)
-    ]
-    results = score_many(requests, server_url_from_env(None), os.environ.get("PROCTOR_TOKEN") or None)
+    requests: list[dict[str, Any]] = []
+    slots: list[int | ItemError] = []  # the request index of each item, or its rejection
+    for index, (query, prompt, text) in enumerate(zip(queries, prompts, labels, strict=True)):
+        try:
+            request = label_request(
+                plain(text), strip_prompt(str(query), str(prompt)), settings.default_verifier
+            )[0]
+        except BadLabel as exc:
+            slots.append(ItemError(error=ErrorBody(status=422, message=str(exc), field=f"labels.{index}")))
+            continue
+        slots.append(len(requests))
+        requests.append(request)
+    scored = (
+        []
+        if not requests
+        else score_many(requests, server_url_from_env(None), os.environ.get("PROCTOR_TOKEN") or None)
+    )
+    results = [scored[slot] if isinstance(slot, int) else slot for slot in slots]
     warn_failures("proctor openrlhf reward_func", results)
     return reward_payload([outcome(result, policy, value) for result in results], value, results)

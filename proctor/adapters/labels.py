@@ -1,0 +1,143 @@
+"""Reading a trainer's dataset label (OpenRLHF, slime) as a score request, and finding the response in a query.
+
+A label names its own verifier when it is an object (or a string that parses as a JSON object) with both
+`verifier` and `reference` keys, plus optional `options`; their values go to the engine as given, so a bad one
+is rejected naming its field. Anything else is a *bare* label: the reference of the default verifier
+(`PROCTOR_DEFAULT_VERIFIER`, default `text.match`):
+
+- a string is the reference as is;
+- a number (GSM8K's answers are ints) becomes its canonical decimal string, the form text.match and math
+  read: an int as `str(n)` (`42`, `-3`), an integral float as the int (`42.0` -> `"42"`), any other float as
+  Python's shortest round-trip repr (`0.5`, `1e-07`); NaN and infinities are refused;
+- a list is several gold answers, any of which may match: `{"answer": [...]}` (text.match's form; numbers in
+  it are turned into strings as above);
+- an object with neither `verifier` nor `reference` is the default verifier's reference object as is (e.g.
+  `{"answer": "42", "op": "contains"}` for text.match); one with only one of the two keys is refused, since it
+  was meant to name a verifier;
+- a boolean or None is refused (BadLabel): there is no answer to compare with.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+from typing import Any
+
+
+class BadLabel(ValueError):
+    """A label that is no reference at all (None, a boolean, NaN, half a label object)."""
+
+
+def _label_object(raw: Any) -> Any:
+    if not isinstance(raw, str):
+        return raw
+    if not raw.lstrip().startswith("{"):
+        return None
+    try:
+        return json.loads(raw)
+    except (ValueError, RecursionError):  # deeply nested JSON is still only a string, never a crash
+        return None
+
+
+def canonical_number(value: int | float) -> str:
+    """The decimal string of a numeric label: `42` and `42.0` -> "42", `0.5` -> "0.5"; NaN/inf are BadLabel."""
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise BadLabel(f"a numeric label must be finite, got {value!r}")
+        if value.is_integer():
+            return str(int(value))
+        return repr(value)
+    return str(int(value))
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def bare_reference(raw: Any) -> Any:
+    """The default verifier's reference for a bare label (see the module's rules)."""
+    if raw is None:
+        raise BadLabel("the label is missing (null): there is no reference to score against")
+    if isinstance(raw, bool):
+        raise BadLabel("a label must be a string, a number, a list or an object, got a boolean")
+    if isinstance(raw, str):
+        return raw
+    if _is_number(raw):
+        return canonical_number(raw)
+    if isinstance(raw, (list, tuple)):
+        return {"answer": [canonical_number(item) if _is_number(item) else item for item in raw]}
+    if isinstance(raw, Mapping):
+        if "verifier" in raw or "reference" in raw:
+            raise BadLabel('a label object needs both "verifier" and "reference" keys')
+        return dict(raw)
+    raise BadLabel(f"a label must be a string, a number, a list or an object, got {type(raw).__name__}")
+
+
+def label_request(raw: Any, response: str, default_verifier: str) -> tuple[dict[str, Any], bool]:
+    """The score request for a response under its label `raw`, and whether the label named its own verifier.
+
+    Raises BadLabel for a label that is no reference (see the module's rules).
+    """
+    body = _label_object(raw)
+    if isinstance(body, Mapping) and "verifier" in body and "reference" in body:
+        request = {"verifier": body["verifier"], "response": response, "reference": body["reference"]}
+        if "options" in body:
+            request["options"] = body["options"]
+        return request, True
+    return {"verifier": default_verifier, "response": response, "reference": bare_reference(raw)}, False
+
+
+# -- the response inside a decoded prompt + response --------------------------------------------------------
+
+ASSISTANT_HEADERS = (
+    "<|im_start|>assistant",  # ChatML: Qwen, Yi, InternLM, SmolLM ...
+    "<|start_header_id|>assistant<|end_header_id|>",  # Llama 3
+    "<start_of_turn>model",  # Gemma
+    "<|start|>assistant",  # gpt-oss (harmony)
+    "<｜Assistant｜>",  # DeepSeek V3 / R1 (full-width bars)
+    "<|Assistant|>",
+    "<|assistant|>",  # Phi-3, Zephyr, GLM
+    "[/INST]",  # Mistral, Llama 2
+    "Assistant:",  # plain-text templates
+)
+"""Where an assistant turn opens, in the chat templates trainers use; the last one in a prompt starts its header."""
+
+CUT_SLACK = 16
+"""How many characters at the start of a left-truncated query may differ from the prompt (a cut token)."""
+
+
+def final_assistant_header(prompt: str) -> str | None:
+    """The prompt's final assistant header: from the last assistant-turn opener in it to the prompt's end.
+
+    So it holds what the chat template put after the opener too (`\\n`, `<think>\\n`). None without an opener.
+    """
+    start = max(prompt.rfind(opener) for opener in ASSISTANT_HEADERS)
+    return prompt[start:] if start >= 0 else None
+
+
+def strip_prompt(query: str, prompt: str) -> str:
+    """The response part of a decoded prompt + response (OpenRLHF's `query`).
+
+    1. The query starts with the prompt: the rest of it.
+    2. It does not (the trainer cut the prompt's tokens on the left to fit `max_len`, or decoding changed it):
+       the response follows the last occurrence of the prompt's final assistant header (final_assistant_header)
+       in the query whose preceding text is the end of the prompt before that header (the query's first
+       CUT_SLACK characters may differ: that is where the tokens were cut). So a header the model wrote in
+       its own response (a run-on turn) is passed over, and so are the prompt's earlier assistant turns.
+       When no occurrence qualifies, the last occurrence.
+    3. The prompt has no assistant header, or the query does not contain it: the whole query.
+    """
+    if not prompt or query.startswith(prompt):
+        return query[len(prompt) :]
+    header = final_assistant_header(prompt)
+    if not header or header not in query:
+        return query
+    before = prompt[: len(prompt) - len(header)]
+    position = query.rfind(header)
+    last = position
+    while position >= 0:
+        if before.endswith(query[min(position, CUT_SLACK) : position]):
+            return query[position + len(header) :]
+        position = query.rfind(header, 0, position)
+    return query[last + len(header) :]
