@@ -6,6 +6,9 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.proctor-installed
 # Extras the test suite uses; `make serve` needs only the base package.
 TEST_EXTRAS ?= dev,train
+# verl's own code that tests and bench/ run (its SandboxFusion client): the wheel without its dependencies (ray,
+# torch, vllm ...), which pip extras cannot express; those modules import only the standard library and requests.
+VERL_VERSION ?= 0.9.1
 PYTEST_ARGS ?=
 # Where `make docs` serves the site (the service itself takes port 8000).
 DOCS_ADDR ?= 127.0.0.1:8001
@@ -20,7 +23,7 @@ endif
 system-packages:
 	@bash scripts/system-packages.sh
 
-$(STAMP): pyproject.toml scripts/system-packages.sh scripts/apt-packages.txt
+$(STAMP): pyproject.toml Makefile scripts/system-packages.sh scripts/apt-packages.txt
 	@bash scripts/system-packages.sh
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --disable-pip-version-check --upgrade pip setuptools wheel
@@ -28,6 +31,7 @@ $(STAMP): pyproject.toml scripts/system-packages.sh scripts/apt-packages.txt
 	@if ls /opt/wheels/torch-*.whl >/dev/null 2>&1; then \
 		$(BIN)/python -m pip install -q --disable-pip-version-check /opt/wheels/torch-*.whl; fi
 	$(BIN)/python -m pip install -q --disable-pip-version-check -e ".[$(TEST_EXTRAS)]"
+	$(BIN)/python -m pip install -q --disable-pip-version-check --no-deps "verl==$(VERL_VERSION)"
 	@touch $(STAMP)
 
 setup: $(STAMP)

@@ -72,8 +72,9 @@ class Metrics:
         )
         self.rejected = Counter(
             "proctor_rejected",
-            "Requests answered 429, by reason (queue_full: admission queue; pool_full: verifier pool queue; "
-            "sandbox_full: sandbox pool queue).",
+            "Requests turned away busy, by reason (429: queue_full: admission queue; pool_full: verifier pool "
+            "queue; sandbox_full: sandbox pool queue; 504: sandbox_wait: /run_code waited "
+            "PROCTOR_RUN_CODE_QUEUE_WAIT_S for a sandbox place).",
             ["reason"],
             registry=reg,
         )
@@ -125,7 +126,7 @@ class Metrics:
         self.score_seconds.labels(name).observe(score.elapsed_ms / 1000.0)
 
     def observe_rejection(self, reason: str) -> None:
-        """Count one 429."""
+        """Count one request turned away busy (a 429, or /run_code's 504 after its wait)."""
         self.rejected.labels(reason).inc()
 
     def observe_sandbox_result(self, result: Result) -> None:

@@ -31,10 +31,17 @@ and reads `status`, then `compile_result`/`run_result` `status` and `return_code
 code is a compile error (-4); run "TimeLimitExceeded" a timeout (-3); run "Error" or a non-zero return code a
 runtime error (-2); "Success" with run "Finished" compares stdout to the expected output. SandboxFusion turns
 any command status "Error" into "SandboxError", so Proctor uses "Error" only for machinery failures; memory and
-output limits are "Finished" with the killing signal's negative return code. verl retries only 504; a 429 from a
-full sandbox queue is an API error (-1) in verl, so size PROCTOR_SANDBOX_QUEUE for verl's
-`sandbox_fusion.max_concurrent` (default 64). verl sends no Authorization header, so point it at a service
-without PROCTOR_TOKEN (loopback).
+output limits are "Finished" with the killing signal's negative return code. verl sends no Authorization
+header, so point it at a service without PROCTOR_TOKEN (loopback).
+
+Back-pressure (this route only): verl 0.9.1's call_sandbox_api retries a 504 (3 attempts, sleeping 1 s then 2 s)
+and nothing else; any other status, a 429 included, is an API error (-1), a failed test case. So when the sandbox
+queue (PROCTOR_SANDBOX_WORKERS running + PROCTOR_SANDBOX_QUEUE queued) is full, a /run_code job waits, first come
+first served, up to PROCTOR_RUN_CODE_QUEUE_WAIT_S (8 s) for a place, then answers 504 with Retry-After. verl's
+request time-out is compile_timeout + run_timeout + 10 s, so a job admitted at the end of the wait still answers
+in time. verl's retry sends the same body, so a retry (matched by the body's SHA-256) keeps its first attempt's
+place in line: its three attempts' waits add up. Every other route keeps 429 when full. Sizing:
+docs/sandboxes.md.
 
 Operator maxima: `run_timeout` and `compile_timeout` above PROCTOR_SANDBOX_MAX_CPU_S, or `memory_limit_MB` above
 PROCTOR_SANDBOX_MAX_MEMORY_MB, are a 422 naming the field (a default the request left out is lowered to the
@@ -57,6 +64,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import hashlib
 import os
 from enum import Enum
 
@@ -64,7 +72,7 @@ from fastapi import APIRouter, Depends
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 from starlette.responses import Response
 
-from proctor.api.errors import error_response
+from proctor.api.errors import ErrorResponse, error_response
 from proctor.api.rendering import json_response
 from proctor.api.responses import error_responses, server_validated
 from proctor.api.state import SandboxUnavailable, ServiceState, get_state
@@ -167,7 +175,14 @@ class RunCodeResponse(BaseModel):
 @router.post(
     "/run_code",
     response_model=RunCodeResponse,
-    responses=error_responses(401, 413, 422, 429, 503),
+    responses={
+        **error_responses(401, 413, 422, 503),
+        504: {
+            "model": ErrorResponse,
+            "description": "The sandbox queue stayed full for PROCTOR_RUN_CODE_QUEUE_WAIT_S; retry after the "
+            "Retry-After header (verl retries 504 by itself).",
+        },
+    },
     summary="Run a program (SandboxFusion-compatible)",
     openapi_extra=server_validated(
         language=f"One of SandboxFusion's {', '.join(SANDBOXFUSION_NAMES)} or Proctor's {', '.join(LANGUAGES)} "
@@ -187,11 +202,14 @@ async def run_code(body: RunCodeRequest, state: ServiceState = Depends(get_state
     except SandboxUnavailable as exc:
         return json_response(sandbox_error(str(exc)))
     try:
-        result = await pool.run(job)
+        # The request's fingerprint lets verl's retry of a 504 (the same body) keep its first attempt's place in line.
+        retry_key = hashlib.sha256(body.model_dump_json().encode()).hexdigest()
+        result = await pool.run(job, wait_s=state.settings.run_code_queue_wait_s, retry_key=retry_key)
     except PoolFull as exc:
-        state.metrics.observe_rejection("sandbox_full")
+        # 504, not 429: verl retries a 504 (and nothing else); any other status is a failed test case in verl.
+        state.metrics.observe_rejection("sandbox_wait")
         headers = {"Retry-After": str(state.settings.retry_after_s)}
-        return error_response(429, str(exc), None, headers)
+        return error_response(504, str(exc), None, headers)
     return json_response(to_response(result))
 
 

@@ -75,6 +75,13 @@ class Settings(BaseSettings):
     sandbox_queue: int = Field(
         64, ge=0, description="Sandbox jobs allowed to wait; beyond this, 429 (verl sends up to 64 at once)."
     )
+    run_code_queue_wait_s: float = Field(
+        8.0,
+        ge=0,
+        le=60,
+        description="/run_code only: seconds a job that finds the sandbox queue full waits for a place before "
+        "504 with Retry-After (verl retries 504 and nothing else); below verl's 10 s API time-out; 0: 504 at once.",
+    )
 
     # Operator maxima: any limit a request asks for above these is a 422 naming the field.
     sandbox_max_memory_mb: int = Field(

@@ -4,6 +4,16 @@ Each job already runs in its own sandboxed process tree, so a thread per running
 needs: the thread only waits on the backend. The bound is on jobs in flight (running + waiting); past it
 `submit` raises `proctor.capacity.PoolFull` at once, which the API answers with 429 and Retry-After, so a burst
 never piles up unbounded work or memory behind the pool.
+
+`run(job, wait_s=...)` is back-pressure instead (`/run_code` uses it, since verl retries nothing but 504): a job
+that finds the pool full waits, first come first served, for up to `wait_s` seconds; a finishing job hands its
+place to the longest-waiting one, and only a job that found no place in time raises PoolFull. Waiting jobs hold
+no thread and take a place before any later `submit`, so a steady stream of new jobs cannot starve them.
+
+A job given up on with a `retry_key` (the caller's fingerprint of the request) keeps its place in line: when
+the same key comes again within RETRY_MEMORY_S, the retry waits as if it had arrived when the first attempt
+did, ahead of everything that came later. So a client that retries (verl: 3 attempts) waits its attempts'
+waits added up, not each one from the back of the line.
 """
 
 from __future__ import annotations
@@ -12,10 +22,12 @@ import asyncio
 import logging
 import threading
 import time
-from collections import Counter
+from bisect import insort
+from collections import Counter, OrderedDict
 from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
+from itertools import count
 from queue import Empty, SimpleQueue
 
 from proctor.capacity import PoolClosed, PoolFull
@@ -24,12 +36,15 @@ from proctor.sandboxes.job import Backend, CommandResult, Job, Result, RunVerdic
 log = logging.getLogger(__name__)
 
 CLOSE_JOIN_S = 10.0
+RETRY_MEMORY_S = 120.0  # how long a given-up job's place in line is kept for its retry
+RETRY_MEMORY_MAX = 16384  # at most this many places kept
 
 
-@dataclass
+@dataclass(eq=False)  # compared by identity: two equal jobs are two jobs
 class _Item:
     job: Job
     future: Future = field(default_factory=Future)
+    since: tuple[float, int] = (0.0, 0)  # (arrival, sequence): the place in line of a waiting job
 
 
 class SandboxPool:
@@ -50,11 +65,17 @@ class SandboxPool:
         self.queue_size = queue
         self.on_result = on_result
         self._items: SimpleQueue[_Item | None] = SimpleQueue()  # bounded by the counts below
+        self._parked: list[_Item] = []  # run(wait_s=...) jobs waiting for a place, oldest arrival first
+        self._sequence = count()
+        self._given_up: OrderedDict[str, list[float]] = (
+            OrderedDict()
+        )  # retry_key -> arrivals of given-up jobs
         self._lock = threading.Lock()
         self._running = 0
         self._waiting = 0
         self._completed = 0
         self._rejected = 0
+        self._waited = 0
         self._verdicts: Counter[str] = Counter()
         self.closed = False
         self._threads = [
@@ -70,21 +91,55 @@ class SandboxPool:
         with self._lock:  # the check and the count change together, so the bound holds across threads
             if self.closed:
                 raise PoolClosed("the sandbox pool is closed")
-            if self._running + self._waiting >= self.workers + self.queue_size:
+            if self._full():
                 self._rejected += 1
-                raise PoolFull(
-                    f"the sandbox pool is full: {self._running} jobs running and {self._waiting} waiting"
-                )
-            self._waiting += 1
-            self._items.put(item)
+                raise PoolFull(self._full_message())
+            self._enqueue(item)
         return item.future
 
-    async def run(self, job: Job) -> Result:
-        """Run one job without blocking the event loop; raises PoolFull when the queue is full."""
-        return await asyncio.wrap_future(self.submit(job))
+    async def run(self, job: Job, *, wait_s: float = 0.0, retry_key: str | None = None) -> Result:
+        """Run one job without blocking the event loop. A full pool raises PoolFull at once, or with `wait_s` > 0
+        after waiting up to wait_s seconds (oldest arrival first) for a place in the queue; a retry of a job given
+        up on with the same `retry_key` keeps the first attempt's arrival."""
+        if wait_s <= 0:
+            return await asyncio.wrap_future(self.submit(job))
+        item = _Item(job)
+        with self._lock:
+            if self.closed:
+                raise PoolClosed("the sandbox pool is closed")
+            arrival = self._arrival(retry_key)
+            if self._full():
+                item.since = (arrival, next(self._sequence))
+                insort(self._parked, item, key=lambda parked: parked.since)
+            else:
+                self._enqueue(item)
+        done = asyncio.wrap_future(item.future)
+        try:
+            await asyncio.wait({done}, timeout=wait_s)
+            if not done.done():
+                with self._lock:
+                    if item in self._parked:  # never got a place: the caller answers busy
+                        self._parked.remove(item)
+                        self._waited += 1
+                        self._remember(retry_key, item.since[0])
+                        message = self._full_message()
+                        parked = True
+                    else:
+                        parked = False
+                if parked:
+                    done.cancel()
+                    raise PoolFull(f"{message}, and no place came free within {wait_s:g} s")
+            return await done
+        except asyncio.CancelledError:  # the caller went away: a parked job leaves, a queued one is not run
+            with self._lock:
+                if item in self._parked:
+                    self._parked.remove(item)
+            done.cancel()
+            raise
 
     def stats(self) -> dict[str, int | dict[str, int]]:
-        """Workers, queue bound, running and waiting jobs, lifetime completed/rejected, and jobs by verdict."""
+        """Workers, queue bound, running and queued jobs, jobs waiting for a place (run with wait_s), lifetime
+        completed/rejected/waited_then_rejected, and jobs by verdict."""
         with self._lock:
             return {
                 "workers": self.workers,
@@ -93,6 +148,8 @@ class SandboxPool:
                 "queued": self._waiting,
                 "completed": self._completed,
                 "rejected": self._rejected,
+                "waiting_for_place": len(self._parked),
+                "waited_then_rejected": self._waited,
                 "verdicts": dict(self._verdicts),
             }
 
@@ -108,6 +165,8 @@ class SandboxPool:
             self.closed = True
             waiting = self._drain()
             self._waiting -= len(waiting)
+            waiting.extend(self._parked)
+            self._parked.clear()
         for item in waiting:
             if item.future.set_running_or_notify_cancel():
                 item.future.set_exception(PoolClosed("the sandbox pool closed before this job ran"))
@@ -141,6 +200,8 @@ class SandboxPool:
                 started = item.future.set_running_or_notify_cancel()
                 if started:
                     self._running += 1
+                else:
+                    self._admit_parked()  # its place is free
             if not started:
                 continue
             result = self._run_one(item.job)
@@ -148,12 +209,57 @@ class SandboxPool:
                 self._running -= 1
                 self._completed += 1
                 self._verdicts[result.verdict.value] += 1
+                self._admit_parked()
             if self.on_result is not None:
                 try:
                     self.on_result(result)
                 except Exception:  # a broken listener must not lose the job's result
                     log.exception("sandbox pool on_result listener failed")
             item.future.set_result(result)
+
+    def _arrival(self, retry_key: str | None) -> float:
+        """When this job counts as having arrived: the oldest given-up attempt with its key, else now (under
+        _lock)."""
+        now = time.monotonic()
+        arrivals = self._given_up.get(retry_key) if retry_key is not None else None
+        if not arrivals:
+            return now
+        arrival = arrivals.pop(0)
+        if not arrivals:
+            del self._given_up[retry_key]
+        return arrival if now - arrival < RETRY_MEMORY_S else now
+
+    def _remember(self, retry_key: str | None, arrival: float) -> None:
+        """Keep a given-up job's arrival for its retry; forget the oldest past the bounds (under _lock)."""
+        if retry_key is None:
+            return
+        insort(self._given_up.setdefault(retry_key, []), arrival)
+        self._given_up.move_to_end(retry_key)
+        now = time.monotonic()
+        while self._given_up and (
+            len(self._given_up) > RETRY_MEMORY_MAX
+            or now - next(iter(self._given_up.values()))[-1] > RETRY_MEMORY_S
+        ):
+            self._given_up.popitem(last=False)
+
+    def _full(self) -> bool:
+        """Whether every running and queued place is taken, or jobs are already waiting for one (under _lock)."""
+        return bool(self._parked) or self._running + self._waiting >= self.workers + self.queue_size
+
+    def _full_message(self) -> str:
+        return f"the sandbox pool is full: {self._running} jobs running and {self._waiting} waiting"
+
+    def _enqueue(self, item: _Item) -> None:
+        """Give the job a place in the queue (under _lock)."""
+        self._waiting += 1
+        self._items.put(item)
+
+    def _admit_parked(self) -> None:
+        """Move the longest-waiting parked jobs into the places that are free (under _lock)."""
+        while self._parked and self._running + self._waiting < self.workers + self.queue_size:
+            item = self._parked.pop(0)
+            if not item.future.cancelled():
+                self._enqueue(item)
 
     def _drain(self) -> list[_Item]:
         """Take every job waiting now out of the queue."""

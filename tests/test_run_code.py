@@ -1,4 +1,4 @@
-"""POST /run_code over real HTTP under real nsjail: SandboxFusion's shapes, verl's payload, 429, sandbox health.
+"""POST /run_code over real HTTP under real nsjail: SandboxFusion's shapes, verl's payload, 504, sandbox health.
 
 verl's client (volcengine/verl at b178a3c, `verl/utils/reward_score/sandbox_fusion/utils.py`) POSTs the JSON
 body built by `verl_body` below with `Content-Type: application/json` and `Accept: application/json`, and
@@ -380,13 +380,20 @@ def test_a_service_that_never_runs_code_never_starts_the_pool(tmp_path: Path) ->
         process.stop()
 
 
-# -- load: 429 and a responsive service ---------------------------------------------------------------
+# -- load: back-pressure, then 504, and a responsive service ------------------------------------------
 
 
-def test_full_sandbox_queue_answers_429_with_retry_after(
+def test_full_sandbox_queue_waits_then_answers_504_with_retry_after(
     tmp_path: Path, background: ThreadPoolExecutor
 ) -> None:
-    process = start(tmp_path, PROCTOR_SANDBOX_WORKERS=1, PROCTOR_SANDBOX_QUEUE=0, PROCTOR_RETRY_AFTER_S=3)
+    """verl retries 504 and nothing else, so /run_code never answers a full queue with 429."""
+    process = start(
+        tmp_path,
+        PROCTOR_SANDBOX_WORKERS=1,
+        PROCTOR_SANDBOX_QUEUE=0,
+        PROCTOR_RETRY_AFTER_S=3,
+        PROCTOR_RUN_CODE_QUEUE_WAIT_S=1,
+    )
     base = process.base_url
     try:
         busy: Future = background.submit(call_verl, base, "import time\ntime.sleep(3600)\n", "", timeout=4)
@@ -396,16 +403,19 @@ def test_full_sandbox_queue_answers_429_with_retry_after(
             return pool is not None and pool["running"] == 1
 
         wait_for(running, "the sleeper to hold the only sandbox worker")
+        started = time.monotonic()
         rejected = httpx.post(
             f"{base}/run_code",
             content=verl_body("print(1)", ""),
             headers=VERL_HEADERS,
             timeout=HTTP_TIMEOUT_S,
         )
-        assert_error(rejected, 429, None)
+        assert time.monotonic() - started >= 1.0  # it waited PROCTOR_RUN_CODE_QUEUE_WAIT_S first
+        assert "no place came free within 1 s" in assert_error(rejected, 504, None)
         assert rejected.headers["Retry-After"] == "3"
         text = httpx.get(f"{base}/metrics", timeout=HTTP_TIMEOUT_S).text
-        assert metric_value(text, "proctor_rejected_total", reason="sandbox_full") == 1
+        assert metric_value(text, "proctor_rejected_total", reason="sandbox_wait") == 1
+        assert metric_value(text, "proctor_rejected_total", reason="sandbox_full") in (None, 0)
         assert metric_value(text, "proctor_sandbox", field="running") == 1
         assert busy.result(timeout=HTTP_TIMEOUT_S)["run_result"]["status"] == "TimeLimitExceeded"
         assert call_verl(base, "print(1)", "")["status"] == "Success"  # room again

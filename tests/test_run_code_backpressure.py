@@ -1,0 +1,217 @@
+"""/run_code under verl's concurrency: a full sandbox queue waits (back-pressure), then 504; verl's own client.
+
+verl's client is verl's real code: `verl/utils/reward_score/sandbox_fusion/` (`compute_score`, which calls
+`check_correctness`, `_process_single_case` and `call_sandbox_api`) from the verl wheel pinned in the Makefile
+(VERL_VERSION, installed by `make setup` with `pip install --no-deps`: verl's own dependencies, ray and torch
+among them, are not installed). Importing `verl` runs `verl/__init__.py`, which imports ray, so that one folder
+is loaded from the installed wheel's files with importlib as a package of its own; its modules import only the
+standard library and `requests`. Nothing of verl's is stubbed or copied. verl 0.9.1's client constants:
+MAX_RETRIES = 3 attempts, a 504 (and nothing else) retried after INITIAL_RETRY_DELAY * attempt (1 s, then 2 s),
+request time-out compile_timeout + run_timeout + API_TIMEOUT (10 s); any other status is an API error (-1).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.metadata
+import importlib.util
+import json
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+from proctor.capacity import PoolFull
+from proctor.sandboxes.job import Command, CommandResult, Job, Result, RunLimits, RunVerdict
+from proctor.sandboxes.pool import SandboxPool
+from tests.test_run_code import HTTP_TIMEOUT_S, call_verl, start
+
+VERL_VERSION = "0.9.1"  # the Makefile's VERL_VERSION
+
+
+def load_verl_sandbox_fusion() -> ModuleType:
+    """verl's `verl.utils.reward_score.sandbox_fusion` package, loaded from the installed wheel's files."""
+    name = "verl_sandbox_fusion"
+    if name in sys.modules:
+        return sys.modules[name]
+    try:
+        installed = importlib.metadata.version("verl")
+    except importlib.metadata.PackageNotFoundError:
+        pytest.skip(f"verl is not installed: run `make setup` (pip install --no-deps verl=={VERL_VERSION})")
+    assert installed == VERL_VERSION, f"verl {installed} installed; these tests read verl {VERL_VERSION}"
+    spec = importlib.util.find_spec("verl")  # finds the top-level package without running its __init__
+    assert spec is not None and spec.submodule_search_locations
+    folder = Path(spec.submodule_search_locations[0]) / "utils" / "reward_score" / "sandbox_fusion"
+    package = importlib.util.spec_from_file_location(
+        name, folder / "__init__.py", submodule_search_locations=[str(folder)]
+    )
+    assert package is not None and package.loader is not None
+    module = importlib.util.module_from_spec(package)
+    sys.modules[name] = module
+    package.loader.exec_module(module)
+    return module
+
+
+# -- the pool: wait for a place, first come first served -------------------------------------------------
+
+
+class GatedBackend:
+    """A backend whose jobs run until `release` is set; records the order jobs started in."""
+
+    name = "gated"
+
+    def __init__(self) -> None:
+        self.release = threading.Event()
+        self.started: list[str] = []
+
+    def available(self) -> tuple[bool, str]:
+        return True, ""
+
+    def run(self, job: Job) -> Result:
+        self.started.append(job.commands[0].name)
+        self.release.wait(30)
+        return Result(
+            backend=self.name, commands=[CommandResult(name=job.commands[0].name, verdict=RunVerdict.ok)]
+        )
+
+
+def job(name: str) -> Job:
+    return Job(commands=[Command(name=name, argv=["true"], limits=RunLimits(cpu_s=1))])
+
+
+async def test_a_full_pool_waits_then_raises_pool_full() -> None:
+    backend = GatedBackend()
+    with SandboxPool(backend, workers=1, queue=0) as pool:
+        holder = asyncio.ensure_future(pool.run(job("holder")))
+        while pool.stats()["running"] != 1:
+            await asyncio.sleep(0.01)
+        started = time.monotonic()
+        with pytest.raises(PoolFull, match="no place came free within 0.3 s"):
+            await pool.run(job("late"), wait_s=0.3)
+        assert time.monotonic() - started >= 0.3
+        stats = pool.stats()
+        assert stats["waited_then_rejected"] == 1 and stats["waiting_for_place"] == 0
+        backend.release.set()
+        await holder
+        assert backend.started == ["holder"]  # the job that gave up never ran
+
+
+async def test_a_place_freed_within_the_wait_serves_the_oldest_waiter_first() -> None:
+    backend = GatedBackend()
+    with SandboxPool(backend, workers=1, queue=0) as pool:
+        holder = asyncio.ensure_future(pool.run(job("holder")))
+        while pool.stats()["running"] != 1:
+            await asyncio.sleep(0.01)
+        waiters = []
+        for name in ("first", "second", "third"):
+            waiters.append(asyncio.ensure_future(pool.run(job(name), wait_s=20)))
+            await asyncio.sleep(0.02)
+        assert pool.stats()["waiting_for_place"] == 3
+        with pytest.raises(PoolFull):  # a job that does not wait cannot jump the line
+            pool.submit(job("pushy"))
+        backend.release.set()
+        results = await asyncio.gather(holder, *waiters)
+        assert [r.verdict for r in results] == [RunVerdict.ok] * 4
+        assert backend.started == ["holder", "first", "second", "third"]
+
+
+async def test_a_retry_keeps_its_first_attempts_place_in_line() -> None:
+    """verl re-sends the same body after a 504: with the same retry_key it goes ahead of later arrivals."""
+    backend = GatedBackend()
+    with SandboxPool(backend, workers=1, queue=0) as pool:
+        holder = asyncio.ensure_future(pool.run(job("holder")))
+        while pool.stats()["running"] != 1:
+            await asyncio.sleep(0.01)
+        with pytest.raises(PoolFull):
+            await pool.run(job("retried"), wait_s=0.1, retry_key="same body")
+        later = asyncio.ensure_future(pool.run(job("later"), wait_s=20, retry_key="another body"))
+        await asyncio.sleep(0.05)
+        retry = asyncio.ensure_future(pool.run(job("retried"), wait_s=20, retry_key="same body"))
+        await asyncio.sleep(0.05)
+        fresh = asyncio.ensure_future(pool.run(job("fresh"), wait_s=20, retry_key="another body"))
+        await asyncio.sleep(0.05)
+        backend.release.set()
+        await asyncio.gather(holder, later, retry, fresh)
+        assert backend.started == ["holder", "retried", "later", "fresh"]
+
+
+async def test_a_waiter_that_goes_away_leaves_the_line() -> None:
+    backend = GatedBackend()
+    with SandboxPool(backend, workers=1, queue=0) as pool:
+        holder = asyncio.ensure_future(pool.run(job("holder")))
+        while pool.stats()["running"] != 1:
+            await asyncio.sleep(0.01)
+        gone = asyncio.ensure_future(pool.run(job("gone"), wait_s=20))
+        await asyncio.sleep(0.05)
+        gone.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await gone
+        assert pool.stats()["waiting_for_place"] == 0
+        backend.release.set()
+        await holder
+        assert (await pool.run(job("next"), wait_s=5)).verdict is RunVerdict.ok
+        assert backend.started == ["holder", "next"]
+
+
+# -- a live server -----------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def background() -> Iterator[ThreadPoolExecutor]:
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        yield pool
+
+
+def test_a_place_freed_within_the_wait_serves_the_request(
+    tmp_path: Path, background: ThreadPoolExecutor
+) -> None:
+    process = start(
+        tmp_path, PROCTOR_SANDBOX_WORKERS=1, PROCTOR_SANDBOX_QUEUE=0, PROCTOR_RUN_CODE_QUEUE_WAIT_S=20
+    )
+    base = process.base_url
+    try:
+        # The sleeper holds the only worker until its wall-clock backstop (2 x 1 s + 1 s) stops it.
+        busy = background.submit(call_verl, base, "import time\ntime.sleep(3600)\n", "", timeout=1)
+        time.sleep(0.5)
+        answer = call_verl(base, "print(6 * 7)", "")
+        assert answer["status"] == "Success" and answer["run_result"]["stdout"] == "42\n"
+        assert busy.result(timeout=HTTP_TIMEOUT_S)["run_result"]["status"] == "TimeLimitExceeded"
+    finally:
+        process.stop()
+
+
+SUM_CORRECT = "```python\na, b = map(int, input().split())\nprint(a + b)\n```"
+SUM_WRONG = "```python\na, b = map(int, input().split())\nprint(a - b)\n```"
+TESTS = json.dumps({"inputs": ["1 2\n", "40 2\n"], "outputs": ["3\n", "42\n"]})
+
+
+def test_verls_own_client_loses_no_correct_program_to_a_busy_service(tmp_path: Path) -> None:
+    """verl's compute_score, many at once against a two-worker pool with no queue: right 1.0, wrong 0.0."""
+    verl = load_verl_sandbox_fusion()
+    process = start(tmp_path, PROCTOR_SANDBOX_WORKERS=2, PROCTOR_SANDBOX_QUEUE=0)
+    url = f"{process.base_url}/run_code"
+    semaphore = threading.Semaphore(64)  # verl's sandbox_fusion.max_concurrent default
+    completions = [SUM_CORRECT if i % 2 == 0 else SUM_WRONG for i in range(32)]
+    try:
+
+        def score(completion: str) -> tuple[float, list]:
+            # As verl's default_compute_score calls it (continuous=True), with compute_score's default timeout.
+            return verl.compute_score(url, semaphore, 1024, completion, TESTS, continuous=True)
+
+        with ThreadPoolExecutor(max_workers=len(completions)) as threads:
+            results = list(threads.map(score, completions))
+        text = process.output()
+    finally:
+        process.stop()
+    for completion, (value, metadata) in zip(completions, results, strict=True):
+        statuses = [case["status"] for case in metadata]
+        assert all(case["api_request_error"] is None for case in metadata), (metadata, text)
+        if completion is SUM_CORRECT:
+            assert value == 1.0 and statuses == ["success", "success"], metadata
+        else:
+            assert value == 0.0 and statuses == ["wrong_answer", "wrong_answer"], metadata
