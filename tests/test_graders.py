@@ -10,7 +10,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from proctor.api.graders import SampleNotJson, render, string_check
+from proctor.verifiers.openai_grader import SampleNotJson, render, string_check
 from tests.conftest import ServerProcess, free_port, server_env
 from tests.judge_server import (
     Drop,
@@ -592,7 +592,7 @@ def test_a_score_model_that_cannot_grade_gives_0_so_its_formula_is_checked_at_0(
 def test_a_formula_failing_after_validation_is_a_server_failure_not_a_grade_or_422():
     import asyncio
 
-    from proctor.api.graders import MultiGrader, StringCheckGrader, run_grader
+    from proctor.verifiers.openai_grader import MultiGrader, StringCheckGrader, run_grader
 
     check = StringCheckGrader(type="string_check", name="a", input="x", reference="x", operation="eq")
     grader = MultiGrader.model_construct(

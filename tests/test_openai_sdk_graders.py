@@ -12,7 +12,7 @@ import httpx
 import openai
 import pytest
 
-from proctor.api.graders import meteor
+from proctor.verifiers.openai_grader import meteor
 from tests.conftest import ServerProcess, free_port, server_env
 from tests.judge_server import JudgeServer
 
@@ -264,3 +264,65 @@ def test_a_python_grader_inside_multi(http, backend):
         json={"grader": grader, "model_sample": "Paris", "item": {"word": "Par", "city": "x"}},
     ).json()
     assert body["sub_rewards"] == {"py": 0.5, "city": 0.0} and body["reward"] == 0.5
+
+
+# -- openai.grader: the same graders as a registered verifier -------------------------------------------------
+
+
+def test_openai_grader_is_a_verifier_over_v1_score(http):
+    reference = {"grader": CHECK, "item": {"city": "Paris"}}
+    score = http.post(
+        "/v1/score", json={"verifier": "openai.grader", "response": "Paris", "reference": reference}
+    )
+    body = score.json()
+    assert score.status_code == 200 and body["status"] == "ok" and body["reward"] == 1.0
+    assert body["details"]["openai"]["metadata"]["type"] == "string_check"
+    wrong = http.post(
+        "/v1/score", json={"verifier": "openai.grader", "response": "Lyon", "reference": reference}
+    )
+    assert wrong.json()["reward"] == 0.0
+
+
+def test_openai_grader_model_grader_and_end_tokens(http, judge):
+    grader = {
+        "type": "score_model",
+        "name": "j",
+        "model": "gpt-4o",
+        "input": [{"role": "user", "content": "Grade: {{sample.output_text}}"}],
+        "range": [0, 1],
+    }
+    body = http.post(
+        "/v1/score",
+        json={"verifier": "openai.grader", "response": "Paris", "reference": {"grader": grader}},
+    ).json()
+    assert body["status"] == "ok" and body["reward"] == 0.75
+    assert "Grade: Paris" in json.dumps(judge.requests[-1]["messages"])
+
+
+@pytest.mark.parametrize(
+    ("reference", "field"),
+    [
+        ({"grader": {**CHECK, "operation": "regex"}, "item": {"city": "x"}}, "reference.grader.operation"),
+        ({"grader": CHECK, "item": {}}, "reference.item"),
+    ],
+)
+def test_openai_grader_invalid_reference_is_422_naming_the_field(http, reference, field):
+    response = http.post(
+        "/v1/score", json={"verifier": "openai.grader", "response": "x", "reference": reference}
+    )
+    assert response.status_code == 422, response.text
+    assert response.json()["error"]["field"] == field
+
+
+def test_openai_grader_in_the_library(backend):
+    from proctor.engine import Engine
+
+    engine = Engine()
+    try:
+        reference = {"grader": _python(GRADE), "item": {"total": 12}}
+        score = engine.score(
+            {"verifier": "openai.grader", "response": '{"total": 12}', "reference": reference}
+        )
+        assert score.status.value == "ok" and score.reward == 1.0
+    finally:
+        engine.close()
