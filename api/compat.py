@@ -215,11 +215,11 @@ async def slime_reward(
         # crash the rollout, so it is failure_value at once; proctor.adapters.slime.sample_filter removes it.
         return json_response(value)
     request, named = compat_request(body.label, body.response, state.settings.default_verifier, "label")
+    engine = state.require_engine()
     try:
-        item = prepare(request)
+        item = prepare(request, end_tokens=engine.settings.end_token_list)
     except RequestError as exc:
         raise label_error(exc, "label", named) from None
-    engine = state.require_engine()
     async with state.admission.slot():
         result = await engine.score_async(item)
     state.metrics.observe_score(result)

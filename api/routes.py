@@ -35,7 +35,9 @@ router = APIRouter(prefix="/v1", tags=["scoring"])
 async def score(body: ScoreRequest, state: ServiceState = Depends(get_state)) -> Response:
     """Score one response against its reference; a machinery failure is a Score with a non-ok status."""
     engine = state.require_engine()
-    item = prepare(body)  # 404 unknown verifier, 422 invalid reference/options, before taking a slot
+    item = prepare(
+        body, end_tokens=engine.settings.end_token_list
+    )  # 404 unknown verifier, 422 invalid reference/options, before taking a slot
     async with state.admission.slot():
         result = await engine.score_async(item)
     state.metrics.observe_score(result)

@@ -348,3 +348,31 @@ def test_run_code_never_cuts_a_program(backend, live_server: str) -> None:
     answer = httpx.post(f"{live_server}/run_code", json={"code": code, "language": "python"}, timeout=60)
     assert answer.status_code == 200, answer.text
     assert answer.json()["run_result"]["stdout"] == "a<|im_end|>b</s>\n"
+
+
+async def test_settings_given_in_code_decide_the_tokens_on_every_route():
+    """create_app(Settings(end_tokens=...)) is what /v1/score, batch and the compat routes cut at."""
+    import httpx
+
+    from proctor.api.app import create_app
+
+    app = create_app(Settings(pool_workers=1, cache_size=0, end_tokens='["[[STOP]]"]'))
+    transport = httpx.ASGITransport(app=app)
+    item = {"verifier": "text.match", "response": "The answer is 42[[STOP]] no, 41", "reference": "42"}
+    async with (
+        app.router.lifespan_context(app),
+        httpx.AsyncClient(transport=transport, base_url="http://t") as client,
+    ):
+        single = (await client.post("/v1/score", json=item)).json()
+        batch = (await client.post("/v1/score/batch", json={"items": [item]})).json()
+        slime = (
+            await client.post("/compat/slime", json={"response": item["response"], "label": "42"})
+        ).json()
+        openrlhf = await client.post(
+            "/compat/openrlhf/get_reward",
+            json={"query": [item["response"]], "prompts": [""], "labels": ["42"]},
+        )
+    assert single["reward"] == 1.0 and single["details"]["end_of_turn"]["token"] == "[[STOP]]"
+    assert batch["results"][0]["reward"] == 1.0
+    assert slime == 1.0
+    assert openrlhf.json()["rewards"] == [1.0], openrlhf.text
