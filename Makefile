@@ -63,6 +63,7 @@ bench: setup
 	$(BIN)/python bench/service.py
 	$(BIN)/python bench/math_verifier.py
 	$(BIN)/python bench/sandbox.py
+	$(BIN)/python bench/verl_sandbox.py
 	$(BIN)/python bench/code.py
 	$(BIN)/python bench/sql.py
 	$(BIN)/python bench/verilog.py
