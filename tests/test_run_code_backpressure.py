@@ -24,12 +24,13 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from types import ModuleType
 
+import httpx
 import pytest
 
 from proctor.capacity import PoolFull
 from proctor.sandboxes.job import Command, CommandResult, Job, Result, RunLimits, RunVerdict
 from proctor.sandboxes.pool import SandboxPool
-from tests.test_run_code import HTTP_TIMEOUT_S, call_verl, start
+from tests.test_run_code import HTTP_TIMEOUT_S, call_verl, start, wait_for
 
 VERL_VERSION = "0.9.1"  # the Makefile's VERL_VERSION
 
@@ -177,10 +178,61 @@ def test_a_place_freed_within_the_wait_serves_the_request(
     try:
         # The sleeper holds the only worker until its wall-clock backstop (2 x 1 s + 1 s) stops it.
         busy = background.submit(call_verl, base, "import time\ntime.sleep(3600)\n", "", timeout=1)
-        time.sleep(0.5)
+
+        def running() -> bool:
+            pool = httpx.get(f"{base}/healthz", timeout=HTTP_TIMEOUT_S).json()["sandbox"]["pool"]
+            return pool is not None and pool["running"] == 1
+
+        wait_for(running, "the sleeper to hold the only sandbox worker")
+        started = time.monotonic()
         answer = call_verl(base, "print(6 * 7)", "")
         assert answer["status"] == "Success" and answer["run_result"]["stdout"] == "42\n"
+        assert time.monotonic() - started > 0.5  # it waited for the sleeper's place
         assert busy.result(timeout=HTTP_TIMEOUT_S)["run_result"]["status"] == "TimeLimitExceeded"
+    finally:
+        process.stop()
+
+
+def test_only_run_code_waits_and_answers_504_other_routes_keep_429(
+    tmp_path: Path, background: ThreadPoolExecutor
+) -> None:
+    """One server, everything full: /v1/score is 429 at once, /run_code waits then 504, both with Retry-After."""
+    process = start(
+        tmp_path,
+        PROCTOR_MAX_CONCURRENCY=1,
+        PROCTOR_MAX_QUEUE=0,
+        PROCTOR_SANDBOX_WORKERS=1,
+        PROCTOR_SANDBOX_QUEUE=0,
+        PROCTOR_RUN_CODE_QUEUE_WAIT_S=1,
+        PROCTOR_RETRY_AFTER_S=5,
+    )
+    base = process.base_url
+    try:
+        sleep_item = {
+            "verifier": "test.misbehave",
+            "response": "sleep",
+            "reference": "x",
+            "options": {"deadline_s": 4},
+        }
+        scoring = background.submit(httpx.post, f"{base}/v1/score", json=sleep_item, timeout=HTTP_TIMEOUT_S)
+        running = background.submit(call_verl, base, "import time\ntime.sleep(3600)\n", "", timeout=3)
+
+        def both_busy() -> bool:
+            health = httpx.get(f"{base}/healthz", timeout=HTTP_TIMEOUT_S).json()
+            pool = health["sandbox"]["pool"]
+            admission = httpx.get(f"{base}/metrics", timeout=HTTP_TIMEOUT_S).text
+            scoring_running = 'proctor_admission{state="running"} 1.0' in admission
+            return pool is not None and pool["running"] == 1 and scoring_running
+
+        wait_for(both_busy, "a scoring request and a sandbox job to hold their only places")
+        scored = httpx.post(
+            f"{base}/v1/score", json={"verifier": "text.match", "response": "a", "reference": "a"}, timeout=10
+        )
+        assert scored.status_code == 429 and scored.headers["Retry-After"] == "5", scored.text
+        ran = httpx.post(f"{base}/run_code", json={"code": "print(1)", "language": "python"}, timeout=10)
+        assert ran.status_code == 504 and ran.headers["Retry-After"] == "5", ran.text
+        assert scoring.result(timeout=HTTP_TIMEOUT_S).status_code == 200
+        assert running.result(timeout=HTTP_TIMEOUT_S)["run_result"]["status"] == "TimeLimitExceeded"
     finally:
         process.stop()
 
