@@ -598,6 +598,12 @@ def test_a_formula_failing_after_validation_is_a_server_failure_not_a_grade_or_4
     grader = MultiGrader.model_construct(
         type="multi", name="m", graders={"a": check}, calculate_output="1 / (a - 1)"
     )
-    outcome = asyncio.run(run_grader(grader, {}, "x", None, None))  # type: ignore[arg-type]
+    from proctor.engine import Engine
+
+    engine = Engine()  # string_check is text.match through the engine
+    try:
+        outcome = asyncio.run(run_grader(grader, {}, "x", engine, None))
+    finally:
+        engine.close()
     assert outcome.server_failure and "calculate_output" in outcome.server_failure
     assert outcome.errors["formula_parse_error"] is True

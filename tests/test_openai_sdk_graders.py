@@ -238,7 +238,8 @@ def test_python_grader_cannot_see_the_service_host(http, backend):
     [
         ("def grade(sample, item):\n    return 1 / 0\n", "ZeroDivisionError"),
         ("def grade(sample, item):\n    return 'yes'\n", "no finite number"),
-        ("def grade(sample, item):\n    while True:\n        pass\n", "time_limit"),
+        # a time limit (CPU or, on a loaded machine, the wall-clock backstop)
+        ("def grade(sample, item):\n    while True:\n        pass\n", "ended with"),
     ],
 )
 def test_a_python_grader_that_fails_is_reward_0_with_its_runtime_error(http, backend, source, words):
@@ -326,3 +327,19 @@ def test_openai_grader_in_the_library(backend):
         assert score.status.value == "ok" and score.reward == 1.0
     finally:
         engine.close()
+
+
+def test_string_check_is_text_match_reading_after_the_think_block(http):
+    grader = {**CHECK, "operation": "eq"}
+    body = http.post(
+        "/v1/graders/run",
+        json={"grader": grader, "model_sample": "<think>Lyon?</think>Paris", "item": {"city": "Paris"}},
+    ).json()
+    assert body["reward"] == 1.0
+    empty = {**CHECK, "operation": "ne"}
+    assert (
+        http.post(
+            "/v1/graders/run", json={"grader": empty, "model_sample": "", "item": {"city": "x"}}
+        ).json()["reward"]
+        == 1.0
+    )

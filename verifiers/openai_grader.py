@@ -526,8 +526,7 @@ async def run_grader(
         if isinstance(grader, MultiGrader):
             await _run_multi(grader, item, sample, engine, judge, outcome)
         elif isinstance(grader, StringCheckGrader):
-            text, reference = render(grader.input, item, sample), render(grader.reference, item, sample)
-            outcome.reward = float(string_check(grader.operation, text, reference))
+            await _run_string_check(grader, item, sample, engine, outcome)
         elif isinstance(grader, TextSimilarityGrader):
             await _run_similarity(grader, item, sample, engine, outcome)
         elif isinstance(grader, PythonGrader):
@@ -571,6 +570,41 @@ async def _run_multi(
         outcome.server_failure = f"calculate_output failed after validation: {exc}"
 
 
+_MATCH_OPS = {"eq": "eq", "ne": "ne", "like": "contains", "ilike": "contains"}
+
+
+async def _run_string_check(
+    grader: StringCheckGrader, item: Any, sample: str, engine: Engine, outcome: Outcome
+) -> None:
+    """string_check is `text.match` through the engine, on the rendered strings exactly as they are (no
+    extraction, no normalisation; case-sensitive but for ilike). text.match gives an empty side no reward, so
+    an empty input or reference is compared here by OpenAI's rule instead (eq "" == "", ne "" != "x", ...)."""
+    text, reference = render(grader.input, item, sample), render(grader.reference, item, sample)
+    if not text or not reference:
+        outcome.reward = float(string_check(grader.operation, text, reference))
+        return
+    request = {
+        "verifier": "text.match",
+        "response": text,
+        "reference": {"answer": reference, "op": _MATCH_OPS[grader.operation]},
+        "options": {
+            "extract": "none",
+            "case_sensitive": grader.operation != "ilike",
+            "normalize_whitespace": False,
+            "strip_wrappers": False,
+            "strip_punctuation": False,
+            "end_tokens": [],
+        },
+    }
+    score = await engine.score_nested(prepare(request))
+    if score.status is not Status.ok:
+        outcome.errors["other_error"] = True
+        outcome.errors["model_grader_server_error_details"] = f"{score.status.value}: {score.reason}"
+        outcome.server_failure = f"string_check failed: {score.status.value} ({score.reason})"
+        return
+    outcome.reward = score.reward
+
+
 async def _run_similarity(
     grader: TextSimilarityGrader, item: Any, sample: str, engine: Engine, outcome: Outcome
 ) -> None:
@@ -586,7 +620,8 @@ async def _run_similarity(
         "verifier": "text.similarity",
         "response": text,
         "reference": reference,
-        "options": {"metric": TEXT_METRICS[grader.evaluation_metric], "extract": "none"},
+        # The rendered text is compared as it is: end-of-turn cutting is the outer request's business.
+        "options": {"metric": TEXT_METRICS[grader.evaluation_metric], "extract": "none", "end_tokens": []},
     }
     score = await engine.score_nested(prepare(request))
     if score.status is not Status.ok:
