@@ -316,17 +316,12 @@ def test_openai_grader_invalid_reference_is_422_naming_the_field(http, reference
 
 
 def test_openai_grader_in_the_library(backend):
-    from proctor.engine import Engine
+    import proctor
 
-    engine = Engine()
-    try:
-        reference = {"grader": _python(GRADE), "item": {"total": 12}}
-        score = engine.score(
-            {"verifier": "openai.grader", "response": '{"total": 12}', "reference": reference}
-        )
-        assert score.status.value == "ok" and score.reward == 1.0
-    finally:
-        engine.close()
+    reference = {"grader": _python(GRADE), "item": {"total": 12}}
+    score = proctor.score("openai.grader", response='{"total": 12}<|im_end|>', reference=reference)
+    assert score.status.value == "ok" and score.reward == 1.0  # the end-of-turn token is cut first
+    assert score.details["openai"]["metadata"]["type"] == "python"
 
 
 def test_string_check_is_text_match_reading_after_the_think_block(http):
