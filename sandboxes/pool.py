@@ -38,6 +38,7 @@ log = logging.getLogger(__name__)
 CLOSE_JOIN_S = 10.0
 RETRY_MEMORY_S = 120.0  # how long a given-up job's place in line is kept for its retry
 RETRY_MEMORY_MAX = 16384  # at most this many places kept
+MAX_WAITING_FOR_PLACE = 4096  # run(wait_s=...) jobs waiting at once; past it PoolFull at once (bounds memory)
 
 
 @dataclass(eq=False)  # compared by identity: two equal jobs are two jobs
@@ -108,6 +109,11 @@ class SandboxPool:
             if self.closed:
                 raise PoolClosed("the sandbox pool is closed")
             arrival = self._arrival(retry_key)
+            if self._full() and len(self._parked) >= MAX_WAITING_FOR_PLACE:
+                self._rejected += 1
+                raise PoolFull(
+                    f"{self._full_message()}, and {len(self._parked)} jobs are waiting for a place"
+                )
             if self._full():
                 item.since = (arrival, next(self._sequence))
                 insort(self._parked, item, key=lambda parked: parked.since)

@@ -141,6 +141,23 @@ async def test_a_retry_keeps_its_first_attempts_place_in_line() -> None:
         assert backend.started == ["holder", "retried", "later", "fresh"]
 
 
+async def test_the_line_is_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("proctor.sandboxes.pool.MAX_WAITING_FOR_PLACE", 2)
+    backend = GatedBackend()
+    with SandboxPool(backend, workers=1, queue=0) as pool:
+        holder = asyncio.ensure_future(pool.run(job("holder")))
+        while pool.stats()["running"] != 1:
+            await asyncio.sleep(0.01)
+        waiters = [asyncio.ensure_future(pool.run(job(f"w{i}"), wait_s=20)) for i in range(2)]
+        await asyncio.sleep(0.05)
+        started = time.monotonic()
+        with pytest.raises(PoolFull, match="2 jobs are waiting for a place"):
+            await pool.run(job("third"), wait_s=20)
+        assert time.monotonic() - started < 1  # at once, not after the wait
+        backend.release.set()
+        await asyncio.gather(holder, *waiters)
+
+
 async def test_a_waiter_that_goes_away_leaves_the_line() -> None:
     backend = GatedBackend()
     with SandboxPool(backend, workers=1, queue=0) as pool:
