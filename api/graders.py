@@ -21,6 +21,7 @@ from proctor.api.rendering import json_response
 from proctor.api.responses import error_responses, server_validated
 from proctor.api.state import ServiceState, get_state
 from proctor.contract import MAX_NESTING, check_nesting
+from proctor.end_of_turn import cut_end_of_turn
 from proctor.verifiers.openai_grader import JudgeOverride, check_templates, parse_grader, run_grader
 
 router = APIRouter(tags=["graders"])
@@ -83,8 +84,12 @@ async def _run(body: RunRequest, state: ServiceState, sdk: bool) -> Response:
         else ({"reference_answer": body.reference_answer} if body.reference_answer is not None else {})
     )
     engine = state.require_engine()
+    # As for every verifier: the sample's end-of-turn tokens (PROCTOR_END_TOKENS) are cut before it is graded.
+    cut = cut_end_of_turn(body.model_sample, state.settings.end_token_list)
     async with state.admission.slot():
-        outcome = await run_grader(grader, item, body.model_sample, engine, body.judge)
+        outcome = await run_grader(grader, item, cut.text, engine, body.judge)
+    if cut.token is not None:
+        outcome.scores["end_of_turn"] = {"token": cut.token, "cut_chars": cut.cut_chars}
     result = outcome.body(started)
     if sdk:
         # The SDK's GraderRunResponse types metadata.token_usage as one integer: the total tokens.

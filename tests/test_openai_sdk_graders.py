@@ -338,3 +338,13 @@ def test_string_check_is_text_match_reading_after_the_think_block(http):
         ).json()["reward"]
         == 1.0
     )
+
+
+def test_sdk_run_cuts_the_end_of_turn_token_first(client):
+    graders = client.fine_tuning.alpha.graders
+    result = graders.run(grader=CHECK, model_sample="Paris<|im_end|>", item={"city": "Paris"})  # type: ignore[arg-type]
+    assert result.reward == 1.0 and result.metadata.scores["end_of_turn"]["token"] == "<|im_end|>"  # type: ignore[index]
+    run_on = graders.run(
+        grader=CHECK, model_sample="Lyon<|im_end|><|im_start|>user\nParis", item={"city": "Paris"}
+    )  # type: ignore[arg-type]
+    assert run_on.reward == 0.0
