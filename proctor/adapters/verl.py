@@ -1,14 +1,19 @@
-"""verl reward functions backed by Proctor: `compute_score`, `compute_score_batch` and `compute_score_async`.
+"""verl reward functions backed by Proctor: `compute_score`, `compute_score_async` and `compute_score_batch`.
 
-verl calls a custom reward function as `compute_score(data_source, solution_str, ground_truth, extra_info)`
-(the naive, DAPO and PRIME reward managers; `reward_kwargs` from the config are passed as extra keyword
-arguments), or, with `reward_manager=batch`, as `compute_score(data_sources=, solution_strs=,
-ground_truths=, extra_infos=)` returning a list. verl's newer reward loop also awaits a coroutine function.
-Each may return a float, or a dict with `"score"` whose other keys verl logs (`reward_extra_info`; numeric
-keys get mean@N / best@N statistics in validation, strings are kept in dumps).
+verl (checked against 0.9.1) loads a custom reward function from `reward.custom_reward_function` (`path`: a
+file, or `pkg://proctor.adapters.verl`; `name`; `reward_kwargs`, merged into every call), with
+`verl.trainer.ppo.reward.get_custom_reward_fn`; verl 0.9's `main_ppo` ignores a top-level
+`custom_reward_function`. Its reward-loop managers (`reward.reward_manager.name`: naive, dapo, gdpo,
+rate_limited, remote) call `compute_score(data_source=, solution_str=, ground_truth=, extra_info=)` one sample
+at a time, in a thread, or await it when it is a coroutine function (`compute_score_async`).
+`compute_score_batch(data_sources=, solution_strs=, ground_truths=, extra_infos=)` is for verl before 0.7's
+`reward_model.reward_manager=batch`, which verl 0.9 no longer has. Each may return a float, or a dict with
+`"score"` whose other keys verl logs (`reward_extra_info`; numeric keys get mean@N / best@N statistics in
+validation, strings are kept in dumps).
 
 These functions return `{"score", "acc", "failed", "status", "reason"}` (or a plain float with
-`return_dict=False`); every item carries the same keys, as verl requires.
+`return_dict=False`). verl builds each extra-info column from the keys of the batch's first item and indexes
+every other item by them, so every item, scored or failed, carries exactly these keys.
 
 Which verifier: `extra_info["verifier"]` (with `extra_info["options"]`), else the `verifier` keyword,
 else the mapping `verifiers[data_source]` (a name, or `{"verifier": name, "options": {...}}`), else
@@ -25,7 +30,12 @@ passes from `custom_reward_function.reward_kwargs`. verl runs reward functions i
 `runtime_env.env_vars`) or `reward_kwargs` there.
 
 Failure policy in verl (`on_failure`, default `raise`):
-- `raise`: ScoringFailed propagates out of the reward manager and stops the training step loudly.
+- `raise`: ScoringFailed propagates out of the reward manager and stops the training step loudly. Except
+  under verl's `rate_limited` manager, which catches every exception from a reward function, trains the
+  sample on 0.0 and logs `{"error", "acc"}` for it instead of the function's keys (verl then fails on the
+  missing keys, or, when every item failed, trains on zeros): there a raise cannot stop the run, so a scoring
+  failure is answered as `value` would answer it (`failure_value`, `failed=1.0`, the same keys as every other
+  item) and logged as an error.
 - `none`: not available. verl writes the score straight into the reward tensor: None is a TypeError there
   and NaN spreads through the group's mean and std into every advantage of the batch. It is refused
   with a ValueError.
@@ -36,10 +46,12 @@ verifier (404) always raises, being a configuration error. An unreachable servic
 ProctorUnavailable after the client's retries, whatever the policy.
 """
 
-from __future__ import annotations
-
+# No `from __future__ import annotations` here: verl loads a reward function's file path without putting the
+# module in sys.modules, and dataclasses then fail on string annotations (VerlConfig).
 import json
+import logging
 import os
+import sys
 import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
@@ -57,6 +69,7 @@ from proctor.adapters._common import (
 from proctor.contract import Score
 
 VerifierEntry = str | dict[str, Any]
+log = logging.getLogger("proctor.adapters.verl")
 
 
 @dataclass(frozen=True)
@@ -229,7 +242,37 @@ def to_verl(result: Result, config: VerlConfig) -> float | dict[str, Any]:
 
 def _call_config(kwargs: Mapping[str, Any]) -> VerlConfig:
     # verl also passes its own keywords (reward_router_address, ...): only ours are taken.
-    return _validated(_merge(current_config(), kwargs))
+    config = _validated(_merge(current_config(), kwargs))
+    if config.on_failure == "raise" and _called_by_catching_manager():
+        return replace(config, on_failure="value")
+    return config
+
+
+# verl's rate_limited reward manager (verl/experimental/reward_loop/reward_manager/limited.py) wraps the call in
+# `except Exception` and trains the sample on 0.0: a raise cannot stop the run there, and its failure dict
+# (`error`, `acc`) lacks the keys every other item has.
+_CATCHING_MANAGERS = (os.path.join("reward_manager", "limited.py"),)
+_warned_catching = False
+
+
+def _called_by_catching_manager(depth: int = 8) -> bool:
+    """Whether a verl manager that catches every exception from the reward function is calling it."""
+    global _warned_catching
+    frame = sys._getframe(2)
+    for _ in range(depth):
+        if frame is None:
+            return False
+        if frame.f_code.co_filename.endswith(_CATCHING_MANAGERS):
+            if not _warned_catching:
+                _warned_catching = True
+                log.error(
+                    "proctor verl: on_failure='raise' under verl's rate_limited reward manager, which catches "
+                    "exceptions and trains on 0.0: scoring failures are answered as on_failure='value' instead "
+                    "(failure_value, failed=1.0); set on_failure='value' to say so"
+                )
+            return True
+        frame = frame.f_back
+    return False
 
 
 def compute_score(
