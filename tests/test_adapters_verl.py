@@ -263,16 +263,14 @@ def test_the_documented_config_is_what_verls_loader_reads(verl_code: types.Simpl
     blocks = re.findall(r"```yaml\n(.*?)```", section, re.S)
     assert blocks, "the verl section has a YAML config"
     documented = yaml.safe_load(blocks[0])
-    assert "custom_reward_function" not in documented, (
-        "verl >= 0.7 ignores a top-level custom_reward_function"
-    )
+    assert "custom_reward_function" not in documented, "verl 0.9 ignores a top-level custom_reward_function"
     reward = documented["reward"]
     config = verl_config(reward["custom_reward_function"], reward["reward_manager"]["name"])
     reward_fn = verl_code.reward.get_custom_reward_fn(config)
     assert reward_fn is not None
     assert reward_fn.args[0] in (adapter.compute_score, adapter.compute_score_async)
     assert verl_code.reward.resolve_reward_manager_cls(config) is not None  # a manager verl 0.9 has
-    assert "reward_manager=batch" not in section.split("verl before 0.7", 1)[0]
+    assert "reward_manager=batch" not in section.split("verl 0.7 and older", 1)[0]
 
 
 def test_batch_and_prime_managers_are_gone_from_the_reward_loop(verl_code: types.SimpleNamespace) -> None:

@@ -1,15 +1,16 @@
 """verl reward functions backed by Proctor: `compute_score`, `compute_score_async` and `compute_score_batch`.
 
-verl (checked against 0.9.1) loads a custom reward function from `reward.custom_reward_function` (`path`: a
-file, or `pkg://proctor.adapters.verl`; `name`; `reward_kwargs`, merged into every call), with
+verl (tested with 0.9.1; 0.8 on) loads a custom reward function from `reward.custom_reward_function`
+(`path`: a file, or `pkg://proctor.adapters.verl`; `name`; `reward_kwargs`, merged into every call), with
 `verl.trainer.ppo.reward.get_custom_reward_fn`; verl 0.9's `main_ppo` ignores a top-level
 `custom_reward_function`. Its reward-loop managers (`reward.reward_manager.name`: naive, dapo, gdpo,
 rate_limited, remote) call `compute_score(data_source=, solution_str=, ground_truth=, extra_info=)` one sample
 at a time, in a thread, or await it when it is a coroutine function (`compute_score_async`).
-`compute_score_batch(data_sources=, solution_strs=, ground_truths=, extra_infos=)` is for verl before 0.7's
-`reward_model.reward_manager=batch`, which verl 0.9 no longer has. Each may return a float, or a dict with
-`"score"` whose other keys verl logs (`reward_extra_info`; numeric keys get mean@N / best@N statistics in
-validation, strings are kept in dumps).
+`compute_score_batch(data_sources=, solution_strs=, ground_truths=, extra_infos=)` is for the `batch` manager
+of verl up to 0.7 (`reward_model.reward_manager=batch`, outside 0.7's default reward loop); 0.8 and 0.9's
+reward loop has none. verl up to 0.7.1 reads a top-level `custom_reward_function` (0.7 accepts `pkg://`).
+Each may return a float, or a dict with `"score"` whose other keys verl logs (`reward_extra_info`; numeric
+keys get mean@N / best@N statistics in validation, strings are kept in dumps).
 
 These functions return `{"score", "acc", "failed", "status", "reason"}` (or a plain float with
 `return_dict=False`). verl builds each extra-info column from the keys of the batch's first item and indexes
