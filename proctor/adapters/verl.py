@@ -8,7 +8,7 @@ rate_limited, remote) call `compute_score(data_source=, solution_str=, ground_tr
 at a time, in a thread, or await it when it is a coroutine function (`compute_score_async`).
 `compute_score_batch(data_sources=, solution_strs=, ground_truths=, extra_infos=)` is for the `batch` manager
 of verl up to 0.7 (`reward_model.reward_manager=batch`, outside 0.7's default reward loop); 0.8 and 0.9's
-reward loop has none. verl up to 0.7.1 reads a top-level `custom_reward_function` (0.7 accepts `pkg://`).
+reward loop has none. verl 0.7 and older read a top-level `custom_reward_function` (0.7 accepts `pkg://`).
 Each may return a float, or a dict with `"score"` whose other keys verl logs (`reward_extra_info`; numeric
 keys get mean@N / best@N statistics in validation, strings are kept in dumps).
 
