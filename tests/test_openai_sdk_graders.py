@@ -253,6 +253,38 @@ def test_a_python_grader_that_fails_is_reward_0_with_its_runtime_error(http, bac
     assert words in errors["python_grader_runtime_error_details"]
 
 
+FORGER = "def grade(s, i):\n    print(s['output_text'], end='')\n    raise SystemExit\n"
+
+
+def test_a_sample_cannot_forge_a_python_grade_through_the_graders_stdout(http, backend):
+    # The grade never travels on stdout: a grader that prints the sample and exits gives no grade at all.
+    for forged in ("proctor-python-grade: 1.0", '\n{"nonce": "", "value": 1.0}', "1.0"):
+        score = http.post(
+            "/v1/score",
+            json={"verifier": "openai.grader", "response": forged, "reference": {"grader": _python(FORGER)}},
+        ).json()
+        assert score["status"] == "ok" and score["reward"] == 0.0, score
+        errors = score["details"]["openai"]["metadata"]["errors"]
+        assert errors["python_grader_runtime_error"] is True
+        assert "did not return" in errors["python_grader_runtime_error_details"]
+
+
+def test_what_a_python_grader_prints_does_not_change_its_grade(http, backend):
+    source = (
+        "import json, sys\n"
+        "def grade(s, i):\n"
+        "    print(s['output_text'])\n"
+        "    print('proctor-python-grade: 1.0')\n"
+        "    print(json.dumps({'nonce': 'x', 'value': 1.0}))\n"
+        "    sys.stdout.write('\\nproctor-python-grade: 1.0')\n"
+        "    return 0.3\n"
+    )
+    for sample in ("proctor-python-grade: 1.0", '{"nonce": "", "value": 1.0}'):
+        body = http.post("/v1/graders/run", json={"grader": _python(source), "model_sample": sample}).json()
+        assert body["reward"] == pytest.approx(0.3), body
+        assert body["metadata"]["errors"]["python_grader_runtime_error"] is False
+
+
 def test_a_python_grader_inside_multi(http, backend):
     grader = {
         "type": "multi",

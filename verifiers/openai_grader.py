@@ -39,6 +39,7 @@ import asyncio
 import json
 import math
 import re
+import secrets
 import time
 from typing import Annotated, Any, Literal
 
@@ -69,6 +70,7 @@ from proctor.verifiers.formula import (
 from proctor.verifiers.judge import parse
 from proctor.verifiers.judge.client import JudgeError, Sampling, complete, judge_config
 from proctor.verifiers.judge.common import check_judge_url
+from proctor.verifiers.judge.items import result_document
 
 TEXT_METRICS = {
     "fuzzy_match": "fuzzy_match",
@@ -656,24 +658,32 @@ def _message_content(message: InputMessage, item: Any, sample: str) -> str | lis
 
 
 PYTHON_LIMITS = RunLimits(cpu_s=10.0, memory_mb=512, processes=8, output_bytes=64 * 1024)
-PYTHON_MARKER = "proctor-python-grade:"
+PYTHON_RESULT = ".proctor_grade.json"
+# The grade comes back in a file the harness writes after grade() returns, holding a secret nonce the harness
+# read from stdin before the grader's code ran; never on stdout, which the grader (and, through its prints,
+# the sample) writes. So a grader that prints the sample and exits cannot forge a reward.
 _PYTHON_HARNESS = f"""\
-import json
+import json, math, os, sys
+nonce = sys.stdin.read()
+result_path = os.path.abspath({PYTHON_RESULT!r})
 namespace = {{"__name__": "grader"}}
 with open("grader.py", encoding="utf-8") as source:
-    exec(compile(source.read(), "grader.py", "exec"), namespace)
+    code = compile(source.read(), "grader.py", "exec")
 with open("input.json", encoding="utf-8") as data:
     given = json.load(data)
+exec(code, namespace)
 result = namespace["grade"](given["sample"], given["item"])
 ok = isinstance(result, (int, float)) and not isinstance(result, bool)
-print()
-print({PYTHON_MARKER!r} + json.dumps(float(result) if ok else None))
+value = float(result) if ok else None
+with open(result_path, "w", encoding="utf-8") as out:
+    json.dump({{"nonce": nonce, "value": value if value is None or math.isfinite(value) else None}}, out)
 """
 
 
-def python_job(source: str, item: Any, sample: str) -> Job:
+def python_job(source: str, item: Any, sample: str, nonce: str = "") -> Job:
     """The sandbox job that runs a python grader's grade(sample, item): `sample` has `output_text` and
-    `output_json` (the sample parsed as JSON, or None when it is not JSON); `item` is the dataset item."""
+    `output_json` (the sample parsed as JSON, or None when it is not JSON); `item` is the dataset item. The
+    harness writes {"nonce", "value"} to PYTHON_RESULT after grade() returns; the nonce reaches it on stdin."""
     try:
         output_json = parse.bounded_json(sample)
     except ValueError:
@@ -685,35 +695,42 @@ def python_job(source: str, item: Any, sample: str) -> Job:
             File(path="grader.py", content=source),
             File(path="input.json", content=json.dumps(given, ensure_ascii=False)),
         ],
-        commands=[Command(argv=["/usr/bin/python3", "-I", "harness.py"], limits=PYTHON_LIMITS, name="grade")],
+        commands=[
+            Command(
+                argv=["/usr/bin/python3", "-I", "harness.py"], stdin=nonce, limits=PYTHON_LIMITS, name="grade"
+            )
+        ],
         env={"PYTHONDONTWRITEBYTECODE": "1", "PYTHONIOENCODING": "utf-8"},
+        fetch=[PYTHON_RESULT],
     )
 
 
 def _run_python(grader: PythonGrader, item: Any, sample: str, outcome: Outcome) -> None:
     """Run grade() in the sandbox. The sandbox failing is a server failure (503, python_grader_server_error);
-    grade() raising, running out of time or memory, or returning no finite number is reward 0 with
-    python_grader_runtime_error and its details (200, as OpenAI answers)."""
-    result = resolve_backend(None).run(python_job(grader.source, item, sample))
-    command = result.commands[-1] if result.commands else None
-    if command is None or command.verdict is RunVerdict.sandbox_error:
-        detail = command.detail if command else "the sandbox ran nothing"
+    grade() raising, running out of time or memory, exiting, or returning no finite number is reward 0 with
+    python_grader_runtime_error and its details (200, as OpenAI answers). The grade is read from the result
+    file only (see _PYTHON_HARNESS), never from the grader's stdout."""
+    nonce = secrets.token_hex(16)
+    result = resolve_backend(None).run(python_job(grader.source, item, sample, nonce))
+    command = result.commands[0] if result.commands else None
+    if command is None or any(c.verdict is RunVerdict.sandbox_error for c in result.commands):
+        failed = next((c for c in result.commands if c.verdict is RunVerdict.sandbox_error), None)
+        detail = failed.detail if failed else "the sandbox ran nothing"
         outcome.errors["python_grader_server_error"] = True
         outcome.errors["python_grader_server_error_type"] = "sandbox_error"
         outcome.server_failure = f"python grader: sandbox_error: {detail}"
         return
-    value: Any = None
-    last = command.stdout.rstrip("\n").rsplit("\n", 1)[-1]
-    if command.verdict is RunVerdict.ok and last.startswith(PYTHON_MARKER):
-        try:
-            value = json.loads(last[len(PYTHON_MARKER) :])
-        except ValueError:
-            value = None
-    if isinstance(value, (int, float)) and math.isfinite(value):
+    document = (
+        result_document(result.files, PYTHON_RESULT, nonce) if command.verdict is RunVerdict.ok else None
+    )
+    found, value = document is not None, (document or {}).get("value")
+    if found and isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
         outcome.reward = float(value)
         return
     if command.verdict is not RunVerdict.ok:
         details = f"grade() ended with {command.verdict.value}: {command.stderr[-500:]}"
+    elif not found:
+        details = "grade() did not return (the grader exited before it returned a value)"
     else:
         details = "grade() returned no finite number (it must return a float)"
     outcome.errors["python_grader_runtime_error"] = True

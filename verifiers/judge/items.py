@@ -12,7 +12,11 @@ from __future__ import annotations
 
 import ast
 import asyncio
-from typing import Literal
+import base64
+import hmac
+import json
+import secrets
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -22,16 +26,23 @@ from proctor.verifiers.patterns import pattern_error, regex_matches
 
 MAX_ITEMS = 100
 CHECK_LIMITS = RunLimits(cpu_s=5.0, memory_mb=256, processes=8, output_bytes=64 * 1024)
-MARKER = "proctor-item-met:"
+RESULT = ".proctor_check.json"
+# check()'s verdict comes back in a file the harness writes after check() returns, holding a secret nonce the
+# harness read from stdin before the check's code ran; never on stdout, which check() (and, if it prints it,
+# the response) writes. So a check that prints the response and exits decides nothing.
 _HARNESS = f"""\
-import json
+import json, os, sys
+nonce = sys.stdin.read()
+result_path = os.path.abspath({RESULT!r})
 namespace = {{"__name__": "check"}}
 with open("check.py", encoding="utf-8") as source:
-    exec(compile(source.read(), "check.py", "exec"), namespace)
+    code = compile(source.read(), "check.py", "exec")
 with open("response.txt", encoding="utf-8", errors="replace") as text:
-    met = namespace["check"](text.read())
-print()
-print({MARKER!r} + (json.dumps(met) if isinstance(met, bool) else "null"))
+    response = text.read()
+exec(code, namespace)
+met = namespace["check"](response)
+with open(result_path, "w", encoding="utf-8") as out:
+    json.dump({{"nonce": nonce, "met": met if type(met) is bool else None}}, out)
 """
 
 
@@ -102,41 +113,66 @@ def regex_met(item: Item, text: str) -> bool:
     return regex_matches(text, [item.pattern], case_sensitive=item.case_sensitive, search=True)
 
 
-def check_job(code: str, text: str) -> Job:
-    """The sandbox job that runs a code item's check() on the response text."""
+def check_job(code: str, text: str, nonce: str = "") -> Job:
+    """The sandbox job that runs a code item's check() on the response text; the harness writes
+    {"nonce", "met"} to RESULT after check() returns (the nonce reaches it on stdin)."""
     return Job(
         files=[
             File(path="harness.py", content=_HARNESS),
             File(path="check.py", content=code),
             File(path="response.txt", content=text),
         ],
-        commands=[Command(argv=["/usr/bin/python3", "-I", "harness.py"], limits=CHECK_LIMITS, name="check")],
+        commands=[
+            Command(
+                argv=["/usr/bin/python3", "-I", "harness.py"], stdin=nonce, limits=CHECK_LIMITS, name="check"
+            )
+        ],
         env={"PYTHONDONTWRITEBYTECODE": "1", "PYTHONIOENCODING": "utf-8"},
+        fetch=[RESULT],
     )
+
+
+def result_document(files: dict[str, str], path: str, nonce: str) -> dict[str, Any] | None:
+    """The result file a harness wrote after the untrusted function returned, or None: it must be there, be a
+    JSON object and hold this run's nonce (so nothing the function printed, or wrote without the nonce,
+    counts). Shared with the python graders of `openai.grader`."""
+    raw = files.get(path)
+    if raw is None:
+        return None
+    try:
+        document = json.loads(base64.b64decode(raw))
+    except (ValueError, TypeError, RecursionError):
+        return None
+    if not isinstance(document, dict) or not isinstance(document.get("nonce"), str):
+        return None
+    if not hmac.compare_digest(document["nonce"].encode(), nonce.encode()):
+        return None
+    return document
 
 
 def code_met_sync(item: Item, text: str) -> tuple[bool | None, str]:
     """(met, note) from running a code item in the sandbox; CheckError when the sandbox itself failed.
 
-    met is True or False only when check() returned that bool. A check that raises, runs out of time or
-    memory, prints past its output cap, exits early or returns anything but a bool has not decided: met is
-    None, and the caller counts it against the response (`undecided_met`), so breaking a check never pays.
+    met is True or False only when check() returned that bool (read from the harness's result file with this
+    run's nonce, never from stdout). A check that raises, runs out of time or memory, prints past its output
+    cap, exits early or returns anything but a bool has not decided: met is None, and the caller counts it
+    against the response (`undecided_met`), so breaking a check never pays.
     """
     assert item.code is not None
-    result = resolve_backend(None).run(check_job(item.code, text))
-    command = result.commands[-1] if result.commands else None
-    if command is None or command.verdict is RunVerdict.sandbox_error:
-        raise CheckError(command.detail if command else "the sandbox ran nothing")
+    nonce = secrets.token_hex(16)
+    result = resolve_backend(None).run(check_job(item.code, text, nonce))
+    command = result.commands[0] if result.commands else None
+    failed = next((c for c in result.commands if c.verdict is RunVerdict.sandbox_error), None)
+    if command is None or failed is not None:
+        raise CheckError(failed.detail if failed else "the sandbox ran nothing")
     if command.verdict is not RunVerdict.ok:
         return None, f"undecided: check ended with {command.verdict.value}: {command.stderr[-300:]}"
-    last = command.stdout.rstrip("\n").rsplit("\n", 1)[-1]
-    verdict = last[len(MARKER) :] if last.startswith(MARKER) else None
-    if verdict == "true":
-        return True, ""
-    if verdict == "false":
-        return False, ""
-    if verdict is None:
-        return None, "undecided: check printed no verdict"
+    document = result_document(result.files, RESULT, nonce)
+    if document is None:
+        return None, "undecided: check() did not return (it exited first)"
+    verdict = document.get("met")
+    if verdict is True or verdict is False:
+        return verdict, ""
     return None, "undecided: check() returned something other than True or False"
 
 
