@@ -356,20 +356,42 @@ def test_openai_grader_in_the_library(backend):
     assert score.details["openai"]["metadata"]["type"] == "python"
 
 
-def test_string_check_is_text_match_reading_after_the_think_block(http):
-    grader = {**CHECK, "operation": "eq"}
-    body = http.post(
-        "/v1/graders/run",
-        json={"grader": grader, "model_sample": "<think>Lyon?</think>Paris", "item": {"city": "Paris"}},
+@pytest.mark.parametrize(
+    ("operation", "sample", "reward"),
+    [
+        # OpenAI compares the raw strings: a </think> is just text, so writing the reference before it passes
+        # neither a "must not say X" (ne) nor an exact (eq) check.
+        ("eq", "London</think>Paris", 0.0),
+        ("eq", "<think>Lyon?</think>Paris", 0.0),
+        ("eq", "Paris", 1.0),
+        ("eq", "Paris<|im_end|>", 1.0),  # only the end-of-turn cut applies first
+        ("eq", "Paris<|im_end|><|im_start|>user\nParis", 1.0),
+        ("eq", "Lyon<|im_end|>Paris", 0.0),
+        ("eq", " Paris", 0.0),  # no whitespace normalisation
+        ("ne", "Paris</think>Rome", 1.0),
+        ("ne", "Paris<|im_end|>", 0.0),
+        ("ne", "", 1.0),
+        ("like", "<think>Paris</think>Rome", 1.0),  # Paris is in the raw string
+        ("like", "<think>unterminated Paris", 1.0),
+        ("like", "paris", 0.0),
+        ("like", "Rome<|im_end|>Paris", 0.0),  # what follows the end-of-turn token is not the sample
+        ("ilike", "<think>PARIS</think>Rome", 1.0),
+        ("ilike", "in pArIs today<|im_end|>", 1.0),
+        ("ilike", "Rome<|im_end|>paris", 0.0),
+    ],
+)
+def test_string_check_compares_the_raw_sample_after_the_end_of_turn_cut(http, operation, sample, reward):
+    grader = {**CHECK, "operation": operation}
+    for route in ROUTES:
+        body = http.post(
+            route + "/run", json={"grader": grader, "model_sample": sample, "item": {"city": "Paris"}}
+        ).json()
+        assert body["reward"] == reward, (route, body)
+    reference = {"grader": grader, "item": {"city": "Paris"}}
+    score = http.post(
+        "/v1/score", json={"verifier": "openai.grader", "response": sample, "reference": reference}
     ).json()
-    assert body["reward"] == 1.0
-    empty = {**CHECK, "operation": "ne"}
-    assert (
-        http.post(
-            "/v1/graders/run", json={"grader": empty, "model_sample": "", "item": {"city": "x"}}
-        ).json()["reward"]
-        == 1.0
-    )
+    assert score["status"] == "ok" and score["reward"] == reward, score
 
 
 def test_sdk_run_cuts_the_end_of_turn_token_first(client):

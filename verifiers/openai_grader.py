@@ -572,39 +572,15 @@ async def _run_multi(
         outcome.server_failure = f"calculate_output failed after validation: {exc}"
 
 
-_MATCH_OPS = {"eq": "eq", "ne": "ne", "like": "contains", "ilike": "contains"}
-
-
 async def _run_string_check(
     grader: StringCheckGrader, item: Any, sample: str, engine: Engine, outcome: Outcome
 ) -> None:
-    """string_check is `text.match` through the engine, on the rendered strings exactly as they are (no
-    extraction, no normalisation; case-sensitive but for ilike). text.match gives an empty side no reward, so
-    an empty input or reference is compared here by OpenAI's rule instead (eq "" == "", ne "" != "x", ...)."""
+    """string_check compares the rendered strings exactly as OpenAI does (string_check()): no extraction, no
+    normalisation, no `</think>` reading. Not `text.match`: every verifier reads only what follows the last
+    `</think>`, so `ne "Paris"` would pass `Paris</think>Rome` and `eq` would pass `London</think>Paris`. The
+    sample has had its end-of-turn tokens cut already (the routes and /v1/score do that for every verifier)."""
     text, reference = render(grader.input, item, sample), render(grader.reference, item, sample)
-    if not text or not reference:
-        outcome.reward = float(string_check(grader.operation, text, reference))
-        return
-    request = {
-        "verifier": "text.match",
-        "response": text,
-        "reference": {"answer": reference, "op": _MATCH_OPS[grader.operation]},
-        "options": {
-            "extract": "none",
-            "case_sensitive": grader.operation != "ilike",
-            "normalize_whitespace": False,
-            "strip_wrappers": False,
-            "strip_punctuation": False,
-            "end_tokens": [],
-        },
-    }
-    score = await engine.score_nested(prepare(request))
-    if score.status is not Status.ok:
-        outcome.errors["other_error"] = True
-        outcome.errors["model_grader_server_error_details"] = f"{score.status.value}: {score.reason}"
-        outcome.server_failure = f"string_check failed: {score.status.value} ({score.reason})"
-        return
-    outcome.reward = score.reward
+    outcome.reward = float(string_check(grader.operation, text, reference))
 
 
 async def _run_similarity(
