@@ -12,7 +12,9 @@ verifier and route except `/run_code` (docs/service/end-of-turn.md):
   (`"<s>old</s> new"`, a string literal in a program);
 - then the run of tokens (and the blanks between them) that ends what is left is cut.
 
-Blanks before the first cut token stay, and nothing else changes. Every step is linear in the text.
+Blanks before the first cut token stay, and nothing else changes. Every step is linear in the text: the first
+step is one C-level substring search per token, the last matches all the tokens at once (a compiled trie over
+the reversed text), so a position costs at most one token's length however many tokens there are.
 
 This lives in the core because the engine applies it before a verifier runs (the engine sits below the
 verifiers); the neutral reader, `proctor.verifiers.reading.turns`, re-exports it for verifiers and
@@ -63,22 +65,55 @@ class Cut:
     """Characters removed from the end of the original text."""
 
 
+def _trie(items: list[tuple[int, str]]) -> str:
+    """A regex over (list index, reversed token) pairs that, at a position, matches the lowest-index token.
+
+    Tokens are grouped by their next character (groups exclude each other, so their order does not matter);
+    a token that ends at this node matches whenever the node is reached, so it comes last and hides every
+    token after it in the list.
+    """
+    done = min((index for index, rest in items if not rest), default=None)
+    groups: dict[str, list[tuple[int, str]]] = {}
+    for index, rest in items:
+        if rest and (done is None or index < done):
+            groups.setdefault(rest[0], []).append((index, rest[1:]))
+    branches = [re.escape(char) + _trie(group) for char, group in groups.items()]
+    if done is not None and branches:
+        branches.append("")
+    if len(branches) < 2:
+        return "".join(branches)
+    return "(?:" + "|".join(branches) + ")"
+
+
+_CHUNK = 4096
+"""Tokens one match of the trailing pattern may strip (bounds the regex engine's own stack)."""
+
+
+@lru_cache(maxsize=64)
+def _trailing_pattern(tokens: tuple[str, ...]) -> re.Pattern[str] | None:
+    """Blanks then one token, repeated, over the reversed text; group 1 is the last token matched (reversed)."""
+    items = [(index, token[::-1]) for index, token in enumerate(tokens) if token]
+    if not items:
+        return None
+    return re.compile(rf"(?:\s*+({_trie(items)})){{0,{_CHUNK}}}+")
+
+
 def _trailing(text: str, tokens: tuple[str, ...]) -> tuple[int, str | None]:
     """Where the run of tokens (and the blanks between them) that ends text starts, and its first token.
 
-    Linear: each step moves the cut left past one token.
+    At each step the token that ends the text (blanks before it skipped) and comes first in `tokens` is cut.
+    The tokens are matched as one compiled trie against the reversed text, so each step costs at most the
+    longest token's length in the regex engine, whatever the number of tokens: linear in the text.
     """
-    cut, first = len(text), None
+    pattern = _trailing_pattern(tokens)
+    if pattern is None:
+        return len(text), None
+    reverse, position, first = text[::-1], 0, None
     while True:
-        position = cut
-        while position > 0 and text[position - 1].isspace():
-            position -= 1
-        for token in tokens:
-            if token and text.endswith(token, 0, position):
-                cut, first = position - len(token), token
-                break
-        else:
-            return cut, first
+        match = pattern.match(reverse, position)
+        if match is None or match.group(1) is None:
+            return len(text) - position, first
+        position, first = match.end(), match.group(1)[::-1]
 
 
 def strip_end_of_turn(text: str, tokens: tuple[str, ...] = END_OF_TURN_TOKENS) -> str:

@@ -54,12 +54,13 @@ class BaseOptions(BaseModel):
     deadline_s: float | None = Field(
         default=None, gt=0, le=600, description="Hard deadline for scoring this item (pool verifiers)."
     )
-    end_tokens: list[Annotated[str, StringConstraints(min_length=1, max_length=100)]] | None = Field(
+    end_tokens: list[Annotated[str, StringConstraints(min_length=1, max_length=64)]] | None = Field(
         default=None,
         max_length=64,
         description="End-of-turn tokens cut from the response before the verifier reads it: each one that "
         "cannot be ordinary text cuts the response where it first occurs, markup-like ones (`</s>`, `<eos>`) "
-        "only at the end. Unset: the service's list (PROCTOR_END_TOKENS); an empty list cuts nothing.",
+        "only at the end. At most 64 tokens of 1 to 64 characters. Unset: the service's list "
+        "(PROCTOR_END_TOKENS); an empty list cuts nothing.",
     )
 
 

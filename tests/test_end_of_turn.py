@@ -129,6 +129,36 @@ def test_cutting_is_linear() -> None:
     assert time.perf_counter() - started < 5
 
 
+def test_many_markup_tokens_on_a_long_response_cost_one_pass() -> None:
+    """The red team's 8 MB `<x>` run with 64 markup-like tokens: one trie match, not tokens x length."""
+    tokens = tuple(f"<x{i}>" for i in range(63)) + ("<x>",)
+    response = "42" + "<x>" * 2_670_000
+    started = time.process_time()
+    cut = cut_end_of_turn(response, tokens)
+    spent = time.process_time() - started
+    assert (cut.text, cut.token, cut.cut_chars) == ("42", "<x>", len(response) - 2)
+    assert spent < 2, spent  # about 0.1 s; the per-token loop took 15 s
+    assert cut_end_of_turn("ok" + "</s> " * 800_000).text == "ok"
+
+
+@pytest.mark.parametrize(
+    ("text", "tokens", "kept"),
+    [
+        ("a</s>", ("s>", "</s>"), "a</"),  # at one position the token listed first is cut
+        ("a</s>", ("</s>", "s>"), "a"),
+        ("a</s>s>", ("s>", "</s>"), "a</"),
+        ("ab \n", ("b \n",), "ab \n"),  # a token ending in a blank never follows the skipped blanks
+        ("x<a> <b>\t<a> ", ("<a>", "<b>"), "x"),
+        ("<a>", ("<a>", "<a>"), ""),
+        ("ab", (), "ab"),
+    ],
+)
+def test_the_trailing_run_takes_the_first_listed_token_at_each_step(
+    text: str, tokens: tuple[str, ...], kept: str
+) -> None:
+    assert strip_end_of_turn(text, tokens) == kept
+
+
 # -- options.end_tokens and PROCTOR_END_TOKENS ---------------------------------------------------------------
 
 
@@ -152,6 +182,13 @@ def test_every_verifier_accepts_the_option_and_a_bad_list_is_a_422(engine: Engin
     assert (caught.value.status, caught.value.field) == (422, "options.end_tokens.0")
     with pytest.raises(RequestError):
         score(engine, "42", "42", end_tokens="<|im_end|>")
+    with pytest.raises(RequestError) as caught:
+        score(engine, "42", "42", end_tokens=["<x>"] * 65)
+    assert (caught.value.status, caught.value.field) == (422, "options.end_tokens")
+    with pytest.raises(RequestError) as caught:
+        score(engine, "42", "42", end_tokens=["<" + "x" * 63 + ">"])
+    assert (caught.value.status, caught.value.field) == (422, "options.end_tokens.0")
+    assert score(engine, "42" + "x" * 64, "42", end_tokens=["x" * 64] * 64).reward == 1.0
     ok = score(engine, "#### 42", "42", verifier="math", end_tokens=[], deadline_s=5)
     assert (ok.status, ok.reward) == (Status.ok, 1.0)
 
