@@ -22,7 +22,13 @@ from proctor.api.responses import error_responses, server_validated
 from proctor.api.state import ServiceState, get_state
 from proctor.contract import MAX_NESTING, check_nesting
 from proctor.end_of_turn import cut_end_of_turn
-from proctor.verifiers.openai_grader import JudgeOverride, check_templates, parse_grader, run_grader
+from proctor.verifiers.openai_grader import (
+    JudgeOverride,
+    check_image_urls,
+    check_templates,
+    parse_grader,
+    run_grader,
+)
 
 router = APIRouter(tags=["graders"])
 PREFIX = "/v1/graders"
@@ -55,7 +61,7 @@ class ValidateRequest(BaseModel):
 
 _GRADER_RULES = (
     "One of OpenAI's grader specs (string_check, text_similarity, score_model, label_model, python, multi), "
-    "validated by the server: its type's fields, templates, metrics, content parts (no audio), python "
+    "validated by the server: its type's fields, templates, metrics, content parts (no audio; a literal input_image URL as for item), python "
     "source (must define grade) and calculate_output formula (which "
     "must have a value over the sub-rewards' ranges); lists and objects may nest at most 200 levels."
 )
@@ -63,7 +69,9 @@ _GRADER_RULES = (
 
 _RUN_FIELDS = {
     "grader": _GRADER_RULES,
-    "item": "Must hold the fields the grader's templates name ({{item.…}}); nests at most 200 levels.",
+    "item": "Must hold the fields the grader's templates name ({{item.…}}); an input_image URL rendered from "
+    "it must be https:// (no user-info, no private address) or a data:image/(png|jpeg|gif|webp);base64, URL "
+    "of at most 8 MiB; nests at most 200 levels.",
     "reference_answer": "Lists and objects may nest at most 200 levels.",
     "model_sample": "Must be JSON when the grader's templates read {{sample.output_json…}}.",
     "judge__base_url": "Only the configured judge URL or one on the operator's PROCTOR_JUDGE_ALLOWED_URLS.",
@@ -83,6 +91,8 @@ async def _run(body: RunRequest, state: ServiceState, sdk: bool) -> Response:
         if body.item is not None
         else ({"reference_answer": body.reference_answer} if body.reference_answer is not None else {})
     )
+    # input_image URLs the spec and item decide are checked before anything runs (a 422 naming the field).
+    check_image_urls(grader, item)
     engine = state.require_engine()
     # As for every verifier: the sample's end-of-turn tokens (PROCTOR_END_TOKENS) are cut before it is graded.
     cut = cut_end_of_turn(body.model_sample, state.settings.end_token_list)

@@ -12,7 +12,7 @@ import httpx
 import openai
 import pytest
 
-from proctor.verifiers.openai_grader import meteor
+from proctor.verifiers.openai_grader import image_url_problem, meteor
 from tests.conftest import ServerProcess, free_port, server_env
 from tests.judge_server import JudgeServer
 
@@ -152,6 +152,85 @@ def test_image_inputs_reach_the_judge_as_image_parts(http, judge, route):
     assert user["content"][0] == {"type": "text", "text": "Caption: a cat"}
     assert user["content"][1] == {"type": "image_url", "image_url": {"url": image, "detail": "low"}}
     assert user["content"][-1]["type"] == "text" and "result" in user["content"][-1]["text"]
+
+
+BAD_IMAGE_URLS = [
+    "file:///etc/passwd",
+    "http://169.254.169.254/latest/meta-data/",
+    "https://169.254.169.254/latest/meta-data/",
+    "https://user:secret@example.com/cat.png",
+    "https://127.1/cat.png",
+    "ftp://example.com/cat.png",
+    "data:text/html;base64,PGgxPg==",
+    "data:image/png;base64," + "A" * (8 * 1024 * 1024),
+]
+
+
+def test_image_url_rules():
+    assert image_url_problem("https://example.com/cat.png") is None
+    assert image_url_problem("data:image/webp;base64,UklGRg==") is None
+    for url in BAD_IMAGE_URLS:
+        assert image_url_problem(url) is not None, url[:60]
+
+
+@pytest.mark.parametrize("route", ROUTES)
+@pytest.mark.parametrize("url", BAD_IMAGE_URLS)
+def test_a_bad_image_url_from_the_item_is_422_naming_it(http, judge, route, url):
+    grader = _image_grader({"type": "input_image", "image_url": "{{item.image}}"})
+    before = judge.calls
+    response = http.post(
+        route + "/run", json={"grader": grader, "model_sample": "a cat", "item": {"image": url}}
+    )
+    assert response.status_code == 422, response.text[:500]
+    assert response.json()["error"]["field"] == "item" and "image_url" in response.json()["error"]["message"]
+    reference = {"grader": grader, "item": {"image": url}}
+    score = http.post(
+        "/v1/score", json={"verifier": "openai.grader", "response": "a cat", "reference": reference}
+    )
+    assert score.status_code == 422 and score.json()["error"]["field"] == "reference.item"
+    assert judge.calls == before
+
+
+@pytest.mark.parametrize("call", ["run", "validate"])
+def test_a_bad_literal_image_url_is_422_naming_the_part(http, judge, call):
+    part = {"type": "input_image", "image_url": "http://169.254.169.254/latest/meta-data/"}
+    grader = {
+        "type": "multi",
+        "name": "m",
+        "graders": {"look": _image_grader(part)},
+        "calculate_output": "look",
+    }
+    body = {"grader": grader, "model_sample": "x"} if call == "run" else {"grader": grader}
+    response = http.post(f"/v1/graders/{call}", json=body)
+    assert response.status_code == 422, response.text
+    error = response.json()["error"]
+    assert error["field"] == "grader.graders.look.input.1.content" and "https://" in error["message"]
+
+
+@pytest.mark.parametrize("url", BAD_IMAGE_URLS)
+def test_a_bad_image_url_from_the_sample_scores_0_with_a_sample_error(http, judge, url):
+    grader = _image_grader({"type": "input_image", "image_url": "{{sample.output_text}}"})
+    before = judge.calls
+    for route in ROUTES:
+        response = http.post(route + "/run", json={"grader": grader, "model_sample": url})
+        assert response.status_code == 200, response.text[:500]
+        body = response.json()
+        assert body["reward"] == 0.0 and body["metadata"]["errors"]["sample_parse_error"] is True
+        assert "image_url" in body["metadata"]["scores"]["sample_image_error"]
+    score = http.post(
+        "/v1/score", json={"verifier": "openai.grader", "response": url, "reference": {"grader": grader}}
+    ).json()
+    assert score["status"] == "ok" and score["reward"] == 0.0
+    assert judge.calls == before  # nothing reached the judge
+
+
+def test_a_good_image_url_from_the_sample_reaches_the_judge(http, judge):
+    grader = _image_grader({"type": "input_image", "image_url": "{{sample.output_text}}"})
+    url = "https://example.com/cat.png"
+    body = http.post("/v1/graders/run", json={"grader": grader, "model_sample": url}).json()
+    assert body["reward"] == 0.75
+    user = next(m for m in judge.requests[-1]["messages"] if m["role"] == "user")
+    assert user["content"][1]["image_url"]["url"] == url
 
 
 @pytest.mark.parametrize("route", ROUTES)

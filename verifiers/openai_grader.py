@@ -19,6 +19,9 @@ What goes wrong, and how it is answered:
   audio (or unknown) content part, or `grader`/`item`/`reference_answer` nests more than MAX_NESTING levels:
   422 naming the field; the sample's `output_json` asked for but the sample is not JSON (or nests deeper than
   MAX_NESTING): reward 0, `errors.sample_parse_error`;
+- an input_image URL that is not https:// (public host, no user-info) or a bounded data:image/...;base64, URL
+  (image_url_problem): a 422 naming the content part (a literal URL) or `item` (rendered from it); rendered
+  from the sample: reward 0, `errors.sample_parse_error` (`scores.sample_image_error` says why);
 - `calculate_output` may have no value somewhere over the sub-rewards' ranges (interval arithmetic,
   `formula.domain_problem`): 422 at validation; failing anyway at run time is a server failure, never a grade;
 - a model grader's reply is unparseable or a refusal: reward 0, `model_grader_parse_error` /
@@ -36,11 +39,13 @@ from __future__ import annotations
 
 import ast
 import asyncio
+import ipaddress
 import json
 import math
 import re
 import secrets
 import time
+import urllib.parse
 from typing import Annotated, Any, Literal
 
 from pydantic import (
@@ -150,6 +155,56 @@ class TextSimilarityGrader(_Grader):
 TEXT_PARTS = frozenset({"input_text", "output_text", "text"})
 
 
+MAX_IMAGE_DATA_URL_BYTES = 8 * 1024 * 1024
+MAX_IMAGE_HTTPS_URL_CHARS = 8 * 1024
+_DATA_IMAGE = re.compile(r"data:image/(?:png|jpeg|gif|webp);base64,[A-Za-z0-9+/]*={0,2}")
+
+
+def image_url_problem(url: str) -> str | None:
+    """Why a rendered input_image URL may not go to the judge, or None. Only `https://` URLs (a host, no
+    user-info, not a loopback, private, link-local or otherwise reserved IP literal nor `localhost`, at most
+    MAX_IMAGE_HTTPS_URL_CHARS) and `data:image/(png|jpeg|gif|webp);base64,` URLs of at most
+    MAX_IMAGE_DATA_URL_BYTES pass: a judge server that fetches image URLs must never be sent `file://`,
+    `http://169.254.169.254/...` or an unbounded data URL (SSRF, memory)."""
+    if url.startswith("data:"):
+        if len(url) > MAX_IMAGE_DATA_URL_BYTES:
+            return f"a data: URL of {len(url)} characters is over the {MAX_IMAGE_DATA_URL_BYTES} byte bound"
+        if _DATA_IMAGE.fullmatch(url) is None:
+            return "a data: URL must be data:image/(png|jpeg|gif|webp);base64,<base64>"
+        return None
+    if not url.startswith("https://"):
+        return "an image URL must be https:// or a data:image/...;base64, URL"
+    if len(url) > MAX_IMAGE_HTTPS_URL_CHARS:
+        return f"an https:// image URL may have at most {MAX_IMAGE_HTTPS_URL_CHARS} characters"
+    if any(ord(char) <= 32 or char == "\\" for char in url):
+        return "an image URL must not hold whitespace, control characters or backslashes"
+    try:
+        parts = urllib.parse.urlsplit(url)
+        host = parts.hostname or ""
+        parts.port  # noqa: B018 - raises ValueError on a malformed port
+    except ValueError as exc:
+        return f"a malformed image URL: {exc}"
+    if "@" in parts.netloc:
+        return "an image URL must not hold user-info (user@host)"
+    if not host:
+        return "an https:// image URL needs a host"
+    name = host.rstrip(".")
+    if name == "localhost" or name.endswith(".localhost"):
+        return "an image URL must not name localhost"
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        # inet_aton's other spellings of an address (2130706433, 0x7f.1, 127.1) resolve too: no real
+        # host name ends in a numeric label.
+        last = name.rsplit(".", 1)[-1]
+        if not last or last.isdigit() or last.startswith("0x"):
+            return f"an image URL must name a host by name or a public IP address, not {host!r}"
+        return None
+    if not address.is_global or address.is_multicast:
+        return f"an image URL must not name a non-public address ({host})"
+    return None
+
+
 def _check_part(part: Any) -> None:
     """One content part is text (a string, input_text, output_text) or an image (input_image with image_url);
     audio and anything else are refused (ValueError, so a 422 naming the field): never dropped silently."""
@@ -162,6 +217,12 @@ def _check_part(part: Any) -> None:
     elif kind == "input_image":
         if not isinstance(part.get("image_url"), str) or not part["image_url"]:
             raise ValueError("an input_image part needs a string `image_url`")
+        if (
+            _TEMPLATE.search(part["image_url"]) is None
+        ):  # a literal URL is checked now; a template once rendered
+            problem = image_url_problem(part["image_url"])
+            if problem is not None:
+                raise ValueError(f"input_image image_url: {problem}")
         if part.get("detail", "auto") not in {"auto", "low", "high"}:
             raise ValueError("input_image detail must be auto, low or high")
     elif kind == "input_audio":
@@ -364,6 +425,10 @@ class SampleNotJson(Exception):
     """`sample.output_json` was asked for but the model sample is not JSON (sample_parse_error)."""
 
 
+class SampleImageError(Exception):
+    """An input_image URL rendered from the model sample is not one the judge may be sent (sample_parse_error)."""
+
+
 def _lookup(root: Any, path: str, full: str) -> Any:
     value = root
     for match in _PATH_PART.finditer(path):
@@ -541,6 +606,10 @@ async def run_grader(
         outcome.errors["sample_parse_error"] = True
         outcome.scores["sample_parse_error"] = str(exc)
         outcome.reward = 0.0
+    except SampleImageError as exc:
+        outcome.errors["sample_parse_error"] = True
+        outcome.scores["sample_image_error"] = str(exc)
+        outcome.reward = 0.0
     return outcome
 
 
@@ -613,6 +682,43 @@ async def _run_similarity(
         outcome.scores["passed"] = outcome.reward >= grader.pass_threshold
 
 
+def _reads_sample(template: str) -> bool:
+    return any(match.group(1).partition(".")[0] == "sample" for match in _TEMPLATE.finditer(template))
+
+
+def rendered_image_url(template: str, item: Any, sample: str, field: str = "item") -> str:
+    """An input_image URL rendered and checked (image_url_problem): a bad URL the model sample produced is
+    SampleImageError (reward 0, sample_parse_error); one from the spec or the item alone is a 422."""
+    url = render(template, item, sample)
+    problem = image_url_problem(url)
+    if problem is None:
+        return url
+    if _reads_sample(template):
+        raise SampleImageError(f"input_image image_url {template!r} rendered from the sample: {problem}")
+    raise RequestError(422, f"invalid {field}: input_image image_url {template!r}: {problem}", field)
+
+
+def check_image_urls(grader: Any, item: Any, field: str = "grader") -> None:
+    """Every input_image URL that the spec and the item alone decide is rendered and checked before anything
+    runs: a 422 naming `item` (the URL came from it) or the content part (a literal URL). URLs that read the
+    sample are checked when the sample is rendered into them."""
+    if isinstance(grader, MultiGrader):
+        for name, sub in grader.graders.items():
+            check_image_urls(sub, item, f"{field}.graders.{name}")
+        return
+    if not isinstance(grader, (ScoreModelGrader, LabelModelGrader)):
+        return
+    for i, message in enumerate(grader.input):
+        for template in _image_urls(message.content):
+            if _reads_sample(template):
+                continue
+            where = "item" if _TEMPLATE.search(template) else f"{field}.input.{i}.content"
+            try:
+                rendered_image_url(template, item, "", where)
+            except TemplateError as exc:
+                raise RequestError(422, f"invalid_variable_error: {exc}", "item") from None
+
+
 def _message_content(message: InputMessage, item: Any, sample: str) -> str | list[dict[str, Any]]:
     """A message's content for the judge: a string when it is all text; else chat-completions content parts in
     order, text parts as `text` and input_image parts as `image_url` (templates rendered in both)."""
@@ -626,7 +732,7 @@ def _message_content(message: InputMessage, item: Any, sample: str) -> str | lis
             out.append({"type": "text", "text": render(text, item, sample)})
         else:  # input_image: the only other kind validation lets through
             image = {
-                "url": render(str(part["image_url"]), item, sample),
+                "url": rendered_image_url(str(part["image_url"]), item, sample),
                 "detail": part.get("detail", "auto"),
             }
             out.append({"type": "image_url", "image_url": image})
@@ -866,6 +972,7 @@ class GraderReference(BaseModel):
             spec = parse_grader(self.grader)
             check_templates(spec)
             check_item_variables(spec, {} if self.item is None else self.item)
+            check_image_urls(spec, {} if self.item is None else self.item)
         except RequestError as exc:
             # Not a ValueError, so pydantic lets it through: the 422 names the field inside the reference.
             field = f"reference.{exc.field}" if exc.field else "reference"
