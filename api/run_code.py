@@ -37,11 +37,13 @@ header, so point it at a service without PROCTOR_TOKEN (loopback).
 Back-pressure (this route only): verl 0.9.1's call_sandbox_api retries a 504 (3 attempts, sleeping 1 s then 2 s)
 and nothing else; any other status, a 429 included, is an API error (-1), a failed test case. So when the sandbox
 queue (PROCTOR_SANDBOX_WORKERS running + PROCTOR_SANDBOX_QUEUE queued) is full, a /run_code job waits, first come
-first served, up to PROCTOR_RUN_CODE_QUEUE_WAIT_S (8 s) for a place, then answers 504 with Retry-After. verl's
-request time-out is compile_timeout + run_timeout + 10 s, so a job admitted at the end of the wait still answers
-in time. verl's retry sends the same body, so a retry (matched by the body's SHA-256) keeps its first attempt's
-place in line: its three attempts' waits add up. Every other route keeps 429 when full. Sizing:
-docs/sandboxes.md.
+first served, for a place. PROCTOR_RUN_CODE_QUEUE_WAIT_S (8 s) bounds the whole time before the job starts
+(waiting for a place, then in the queue): a job not started by then is never run and is answered 504 with
+Retry-After, so a request spends at most that wait plus its own job's limits in the service. verl's retry sends
+the same body, so a retry (matched by the body's SHA-256) keeps its first attempt's place in line: its three
+attempts' waits add up. Jobs not started yet are bounded in number (4096 waiting for a place) and in size
+(sandboxes.pool.MAX_WAITING_BYTES, 256 MiB of code, stdin and files); past either, 504 at once; a single
+request larger than that bound is a 413. Every other route keeps 429 when full. Sizing: docs/sandboxes.md.
 
 Operator maxima: `run_timeout` and `compile_timeout` above PROCTOR_SANDBOX_MAX_CPU_S, or `memory_limit_MB` above
 PROCTOR_SANDBOX_MAX_MEMORY_MB, are a 422 naming the field (a default the request left out is lowered to the
@@ -78,6 +80,7 @@ from proctor.api.responses import error_responses, server_validated
 from proctor.api.state import SandboxUnavailable, ServiceState, get_state
 from proctor.capacity import PoolFull
 from proctor.contract import RequestError
+from proctor.sandboxes import pool as sandbox_pool
 from proctor.sandboxes.job import (
     CommandResult,
     File,
@@ -179,8 +182,9 @@ class RunCodeResponse(BaseModel):
         **error_responses(401, 413, 422, 503),
         504: {
             "model": ErrorResponse,
-            "description": "The sandbox queue stayed full for PROCTOR_RUN_CODE_QUEUE_WAIT_S; retry after the "
-            "Retry-After header (verl retries 504 by itself).",
+            "description": "The job did not start within PROCTOR_RUN_CODE_QUEUE_WAIT_S (the sandbox queue stayed "
+            "busy), or too many jobs, or too many bytes of code and input, are waiting already; it was not run. "
+            "Retry after the Retry-After header (verl retries 504 by itself).",
         },
     },
     summary="Run a program (SandboxFusion-compatible)",
@@ -197,6 +201,14 @@ class RunCodeResponse(BaseModel):
 async def run_code(body: RunCodeRequest, state: ServiceState = Depends(get_state)) -> Response:
     """Compile and run one program in a sandbox; SandboxError means the machinery failed, not the program."""
     job = build_job(body, Maxima.from_settings(state.settings))
+    size = sandbox_pool.job_size(job)
+    if size > sandbox_pool.MAX_WAITING_BYTES:  # could never wait for a place: no retry would help
+        return error_response(
+            413,
+            f"code, stdin and files hold {size} bytes; a /run_code job may hold at most "
+            f"{sandbox_pool.MAX_WAITING_BYTES}",
+            "code",
+        )
     try:
         pool = await state.sandbox()
     except SandboxUnavailable as exc:

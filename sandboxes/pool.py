@@ -6,9 +6,14 @@ needs: the thread only waits on the backend. The bound is on jobs in flight (run
 never piles up unbounded work or memory behind the pool.
 
 `run(job, wait_s=...)` is back-pressure instead (`/run_code` uses it, since verl retries nothing but 504): a job
-that finds the pool full waits, first come first served, for up to `wait_s` seconds; a finishing job hands its
-place to the longest-waiting one, and only a job that found no place in time raises PoolFull. Waiting jobs hold
-no thread and take a place before any later `submit`, so a steady stream of new jobs cannot starve them.
+that finds the pool full waits, first come first served, for a place; a finishing job hands its place to the
+longest-waiting one. `wait_s` bounds the whole time before the job starts, waiting for a place and then in the
+queue: a job not started `wait_s` seconds after `run` was called is never run (taken out of the line or the
+queue) and raises PoolFull, so the caller's time before its job starts is bounded however slow the jobs ahead
+are. Waiting jobs hold no thread and take a place before any later `submit`, so a steady stream of new jobs
+cannot starve them. Jobs run with `wait_s` that have not started are bounded in number (MAX_WAITING_FOR_PLACE
+waiting for a place) and in size (MAX_WAITING_BYTES of files and stdin, queued or waiting); past either, PoolFull
+at once.
 
 A job given up on with a `retry_key` (the caller's fingerprint of the request) keeps its place in line: when
 the same key comes again within RETRY_MEMORY_S, the retry waits as if it had arrived when the first attempt
@@ -39,6 +44,13 @@ CLOSE_JOIN_S = 10.0
 RETRY_MEMORY_S = 120.0  # how long a given-up job's place in line is kept for its retry
 RETRY_MEMORY_MAX = 16384  # at most this many places kept
 MAX_WAITING_FOR_PLACE = 4096  # run(wait_s=...) jobs waiting at once; past it PoolFull at once (bounds memory)
+# Files (the code included) and stdin of run(wait_s=...) jobs not started yet; past it PoolFull at once.
+MAX_WAITING_BYTES = 256 * 1024 * 1024
+
+
+def job_size(job: Job) -> int:
+    """What a job holds while it waits: the characters of its files (the code included) and its stdin."""
+    return sum(len(file.content) for file in job.files) + sum(len(command.stdin) for command in job.commands)
 
 
 @dataclass(eq=False)  # compared by identity: two equal jobs are two jobs
@@ -46,6 +58,9 @@ class _Item:
     job: Job
     future: Future = field(default_factory=Future)
     since: tuple[float, int] = (0.0, 0)  # (arrival, sequence): the place in line of a waiting job
+    start_by: float | None = None  # run(wait_s=...): not started by then (monotonic), the job is not run
+    size: int = 0  # job_size, counted in _waiting_bytes until the job starts or leaves
+    dropped: bool = False  # taken out of the queue before it started: the worker skips it
 
 
 class SandboxPool:
@@ -74,6 +89,7 @@ class SandboxPool:
         self._lock = threading.Lock()
         self._running = 0
         self._waiting = 0
+        self._waiting_bytes = 0
         self._completed = 0
         self._rejected = 0
         self._waited = 0
@@ -100,52 +116,59 @@ class SandboxPool:
 
     async def run(self, job: Job, *, wait_s: float = 0.0, retry_key: str | None = None) -> Result:
         """Run one job without blocking the event loop. A full pool raises PoolFull at once, or with `wait_s` > 0
-        after waiting up to wait_s seconds (oldest arrival first) for a place in the queue; a retry of a job given
-        up on with the same `retry_key` keeps the first attempt's arrival."""
+        waits (oldest arrival first) for a place; a job not started within wait_s seconds of this call, waiting
+        or queued, is not run and raises PoolFull. A retry of a job given up on with the same `retry_key` keeps
+        the first attempt's arrival (its place in line); its own wait_s starts again."""
         if wait_s <= 0:
             return await asyncio.wrap_future(self.submit(job))
-        item = _Item(job)
+        now = time.monotonic()
+        item = _Item(job, start_by=now + wait_s, size=job_size(job))
         with self._lock:
             if self.closed:
                 raise PoolClosed("the sandbox pool is closed")
             arrival = self._arrival(retry_key)
+            item.since = (arrival, next(self._sequence))
+            refused = None
             if self._full() and len(self._parked) >= MAX_WAITING_FOR_PLACE:
-                self._rejected += 1
-                raise PoolFull(
-                    f"{self._full_message()}, and {len(self._parked)} jobs are waiting for a place"
+                refused = f"{self._full_message()}, and {len(self._parked)} jobs are waiting for a place"
+            elif self._waiting_bytes + item.size > MAX_WAITING_BYTES:
+                refused = (
+                    f"{self._full_message()}, and the jobs not started yet hold {self._waiting_bytes} bytes "
+                    f"of code and input (at most {MAX_WAITING_BYTES})"
                 )
+            if refused is not None:
+                self._rejected += 1
+                self._remember(retry_key, arrival)  # its retry keeps the place it would have had
+                raise PoolFull(refused)
+            self._waiting_bytes += item.size
             if self._full():
-                item.since = (arrival, next(self._sequence))
                 insort(self._parked, item, key=lambda parked: parked.since)
             else:
                 self._enqueue(item)
         done = asyncio.wrap_future(item.future)
         try:
-            await asyncio.wait({done}, timeout=wait_s)
-            if not done.done():
-                with self._lock:
-                    if item in self._parked:  # never got a place: the caller answers busy
-                        self._parked.remove(item)
-                        self._waited += 1
-                        self._remember(retry_key, item.since[0])
-                        message = self._full_message()
-                        parked = True
-                    else:
-                        parked = False
-                if parked:
-                    done.cancel()
-                    raise PoolFull(f"{message}, and no place came free within {wait_s:g} s")
-            return await done
-        except asyncio.CancelledError:  # the caller went away: a parked job leaves, a queued one is not run
+            await asyncio.wait({done}, timeout=max(0.0, item.start_by - time.monotonic()))
             with self._lock:
-                if item in self._parked:
-                    self._parked.remove(item)
+                # Not started by its deadline (waiting for a place, or queued behind slow jobs): never run.
+                gave_up = self._drop(item)
+                if gave_up:
+                    self._waited += 1
+                    self._remember(retry_key, item.since[0])
+                    message = self._full_message()
+            if gave_up:
+                done.cancel()
+                raise PoolFull(f"{message}, and this job did not start within {wait_s:g} s")
+            return await done
+        except asyncio.CancelledError:  # the caller went away: a job that has not started is not run
+            with self._lock:
+                self._drop(item)
             done.cancel()
             raise
 
     def stats(self) -> dict[str, int | dict[str, int]]:
         """Workers, queue bound, running and queued jobs, jobs waiting for a place (run with wait_s), lifetime
-        completed/rejected/waited_then_rejected, and jobs by verdict."""
+        completed/rejected/waited_then_rejected (run with wait_s: not started in time), the files and stdin held
+        by run(wait_s=...) jobs not started yet (waiting_bytes), and jobs by verdict."""
         with self._lock:
             return {
                 "workers": self.workers,
@@ -156,6 +179,7 @@ class SandboxPool:
                 "rejected": self._rejected,
                 "waiting_for_place": len(self._parked),
                 "waited_then_rejected": self._waited,
+                "waiting_bytes": self._waiting_bytes,
                 "verdicts": dict(self._verdicts),
             }
 
@@ -169,10 +193,11 @@ class SandboxPool:
             if self.closed:
                 return
             self.closed = True
-            waiting = self._drain()
+            waiting = [item for item in self._drain() if not item.dropped]  # dropped ones were counted out
             self._waiting -= len(waiting)
             waiting.extend(self._parked)
             self._parked.clear()
+            self._waiting_bytes = 0
         for item in waiting:
             if item.future.set_running_or_notify_cancel():
                 item.future.set_exception(PoolClosed("the sandbox pool closed before this job ran"))
@@ -201,7 +226,12 @@ class SandboxPool:
             if item is None:
                 return
             with self._lock:
+                if item.dropped:  # its caller gave up on it; it was counted out then
+                    continue
+                if item.start_by is not None and time.monotonic() > item.start_by and self._drop(item):
+                    continue  # past its start-by deadline: its caller answers busy, the job is not run
                 self._waiting -= 1
+                self._release(item)
                 # A job whose caller went away (client disconnected, future cancelled) is not run at all.
                 started = item.future.set_running_or_notify_cancel()
                 if started:
@@ -260,11 +290,36 @@ class SandboxPool:
         self._waiting += 1
         self._items.put(item)
 
+    def _release(self, item: _Item) -> None:
+        """The job no longer waits: its files and stdin leave the count (under _lock)."""
+        self._waiting_bytes -= item.size
+        item.size = 0
+
+    def _drop(self, item: _Item) -> bool:
+        """Take a run(wait_s=...) job that has not started out of the line or the queue; whether it had not
+        started (under _lock). A queued job stays in the queue until a worker skips it, holding neither its
+        place nor its job."""
+        if item.dropped:
+            return True
+        if item in self._parked:
+            self._parked.remove(item)
+        elif item.future.cancel():  # queued, not started: pending futures cancel, running or done ones do not
+            self._waiting -= 1
+            item.job = None  # type: ignore[assignment] - the skipped entry keeps no code in memory
+            self._admit_parked()
+        else:
+            return False
+        item.dropped = True
+        self._release(item)
+        return True
+
     def _admit_parked(self) -> None:
         """Move the longest-waiting parked jobs into the places that are free (under _lock)."""
         while self._parked and self._running + self._waiting < self.workers + self.queue_size:
             item = self._parked.pop(0)
-            if not item.future.cancelled():
+            if item.future.cancelled():
+                self._release(item)
+            else:
                 self._enqueue(item)
 
     def _drain(self) -> list[_Item]:

@@ -411,7 +411,7 @@ def test_full_sandbox_queue_waits_then_answers_504_with_retry_after(
             timeout=HTTP_TIMEOUT_S,
         )
         assert time.monotonic() - started >= 1.0  # it waited PROCTOR_RUN_CODE_QUEUE_WAIT_S first
-        assert "no place came free within 1 s" in assert_error(rejected, 504, None)
+        assert "did not start within 1 s" in assert_error(rejected, 504, None)
         assert rejected.headers["Retry-After"] == "3"
         text = httpx.get(f"{base}/metrics", timeout=HTTP_TIMEOUT_S).text
         assert metric_value(text, "proctor_rejected_total", reason="sandbox_wait") == 1

@@ -28,7 +28,7 @@ import httpx
 import pytest
 
 from proctor.capacity import PoolFull
-from proctor.sandboxes.job import Command, CommandResult, Job, Result, RunLimits, RunVerdict
+from proctor.sandboxes.job import Command, CommandResult, File, Job, Result, RunLimits, RunVerdict
 from proctor.sandboxes.pool import SandboxPool
 from tests.test_run_code import HTTP_TIMEOUT_S, call_verl, start, wait_for
 
@@ -92,7 +92,7 @@ async def test_a_full_pool_waits_then_raises_pool_full() -> None:
         while pool.stats()["running"] != 1:
             await asyncio.sleep(0.01)
         started = time.monotonic()
-        with pytest.raises(PoolFull, match="no place came free within 0.3 s"):
+        with pytest.raises(PoolFull, match="did not start within 0.3 s"):
             await pool.run(job("late"), wait_s=0.3)
         assert time.monotonic() - started >= 0.3
         stats = pool.stats()
@@ -174,6 +174,81 @@ async def test_a_waiter_that_goes_away_leaves_the_line() -> None:
         await holder
         assert (await pool.run(job("next"), wait_s=5)).verdict is RunVerdict.ok
         assert backend.started == ["holder", "next"]
+
+
+async def test_a_queued_job_past_its_start_by_deadline_is_not_run() -> None:
+    """wait_s bounds the whole time before a job starts: a job that got a queue place but not a worker is dropped."""
+    backend = GatedBackend()
+    with SandboxPool(backend, workers=1, queue=1) as pool:
+        holder = asyncio.ensure_future(pool.run(job("holder")))
+        while pool.stats()["running"] != 1:
+            await asyncio.sleep(0.01)
+        queued = asyncio.ensure_future(pool.run(job("queued"), wait_s=0.3, retry_key="queued body"))
+        await asyncio.sleep(0.05)
+        assert pool.stats()["queued"] == 1 and pool.stats()["waiting_for_place"] == 0  # a place, not a worker
+        started = time.monotonic()
+        with pytest.raises(PoolFull, match="did not start within 0.3 s"):
+            await queued
+        assert time.monotonic() - started < 1  # at its deadline, not when the holder ends
+        stats = pool.stats()
+        assert stats["queued"] == 0 and stats["waited_then_rejected"] == 1 and stats["waiting_bytes"] == 0
+        later = asyncio.ensure_future(pool.run(job("later"), wait_s=20))  # the dropped job's place is free
+        await asyncio.sleep(0.05)
+        assert pool.stats()["queued"] == 1
+        backend.release.set()
+        await asyncio.gather(holder, later)
+        assert backend.started == ["holder", "later"]  # the job past its deadline never ran
+
+
+async def test_a_worker_does_not_start_a_job_past_its_deadline() -> None:
+    """Even when the event loop is late to give up on it, a worker that reaches a job after its deadline skips it."""
+    backend = GatedBackend()
+    with SandboxPool(backend, workers=1, queue=1) as pool:
+        holder = asyncio.ensure_future(pool.run(job("holder")))
+        while pool.stats()["running"] != 1:
+            await asyncio.sleep(0.01)
+        queued = asyncio.ensure_future(pool.run(job("queued"), wait_s=0.2))
+        await asyncio.sleep(0.05)
+        time.sleep(0.3)  # the event loop is blocked past the deadline ...
+        backend.release.set()  # ... while the worker comes free and reaches the queued job
+        time.sleep(0.3)
+        with pytest.raises(PoolFull, match="did not start within 0.2 s"):
+            await queued
+        await holder
+        assert backend.started == ["holder"]
+        stats = pool.stats()
+        assert stats["queued"] == 0 and stats["running"] == 0 and stats["waiting_bytes"] == 0
+
+
+def sized_job(name: str, size: int) -> Job:
+    return Job(
+        files=[File(path="main.py", content="#" * size)],
+        commands=[Command(name=name, argv=["true"], limits=RunLimits(cpu_s=1))],
+    )
+
+
+async def test_jobs_not_started_are_bounded_in_bytes(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("proctor.sandboxes.pool.MAX_WAITING_BYTES", 100)
+    backend = GatedBackend()
+    with SandboxPool(backend, workers=1, queue=1) as pool:
+        holder = asyncio.ensure_future(pool.run(sized_job("holder", 100), wait_s=20))
+        while pool.stats()["running"] != 1:
+            await asyncio.sleep(0.01)
+        assert pool.stats()["waiting_bytes"] == 0  # a running job no longer counts
+        queued = asyncio.ensure_future(pool.run(sized_job("queued", 40), wait_s=20))
+        parked = asyncio.ensure_future(pool.run(sized_job("parked", 40), wait_s=20))
+        await asyncio.sleep(0.05)
+        assert pool.stats()["waiting_bytes"] == 80
+        started = time.monotonic()
+        with pytest.raises(PoolFull, match="hold 80 bytes of code and input"):
+            await pool.run(sized_job("too much", 30), wait_s=20)
+        assert time.monotonic() - started < 1  # at once, not after the wait
+        small = asyncio.ensure_future(pool.run(sized_job("small", 20), wait_s=20))  # fits: 100 bytes
+        await asyncio.sleep(0.05)
+        backend.release.set()
+        await asyncio.gather(holder, queued, parked, small)
+        assert backend.started == ["holder", "queued", "parked", "small"]
+        assert pool.stats()["waiting_bytes"] == 0
 
 
 # -- a live server -----------------------------------------------------------------------------------------
@@ -284,3 +359,99 @@ def test_verls_own_client_loses_no_correct_program_to_a_busy_service(tmp_path: P
             assert value == 1.0 and statuses == ["success", "success"], metadata
         else:
             assert value == 0.0 and statuses == ["wrong_answer", "wrong_answer"], metadata
+
+
+def post_run_code(base: str, code: str, run_timeout: int = 1) -> tuple[int, dict, float]:
+    """One verl-shaped /run_code request: status, JSON answer, seconds it took (a hang fails at HTTP_TIMEOUT_S)."""
+    started = time.monotonic()
+    response = httpx.post(
+        f"{base}/run_code",
+        json={"code": code, "language": "python", "run_timeout": run_timeout, "compile_timeout": 10},
+        timeout=HTTP_TIMEOUT_S,
+    )
+    return response.status_code, response.json(), time.monotonic() - started
+
+
+def test_a_flood_of_sleepers_answers_correct_programs_within_the_bound(tmp_path: Path) -> None:
+    """The red team's scenario scaled down: sleeping programs fill the workers, the queue and the line, then
+    correct programs come. Every request is answered 200 or 504 within the start wait plus its own limits; a
+    504 was never run; once the flood is answered the same correct programs (verl's retry) are 200."""
+    wait_s, sleepers, correct = 2, 40, 6
+    process = start(
+        tmp_path,
+        PROCTOR_SANDBOX_WORKERS=2,
+        PROCTOR_SANDBOX_QUEUE=16,
+        PROCTOR_RUN_CODE_QUEUE_WAIT_S=wait_s,
+    )
+    base = process.base_url
+    # run_timeout 1: each sleeper holds a worker for its wall-clock backstop, 2 x 1 + 1 = 3 s. Before the start
+    # deadline, the 16 queued sleepers ran one after another: the last answered after (16 + 2) / 2 x 3 = 27 s.
+    bound_s = wait_s + 3 + 7  # start wait + the job's wall limit + slack for a shared machine
+    sleeping = [f"import time\ntime.sleep(60)  # {i}\n" for i in range(sleepers)]
+    right = [f"print({i} + 1)\n" for i in range(correct)]
+    try:
+        with ThreadPoolExecutor(max_workers=sleepers + correct) as threads:
+            flood = [threads.submit(post_run_code, base, code) for code in sleeping]
+            time.sleep(0.5)
+            answers = [threads.submit(post_run_code, base, code) for code in right]
+            flood_results = [future.result() for future in flood]
+            results = [future.result() for future in answers]
+        for i, (status, answer, took) in enumerate(results):
+            assert took < bound_s, (i, status, took)
+            if status == 200:
+                assert answer["status"] == "Success" and answer["run_result"]["stdout"] == f"{i + 1}\n", (
+                    answer
+                )
+            else:
+                assert status == 504 and "did not start within" in answer["error"]["message"], answer
+        statuses = [status for status, _, _ in flood_results]
+        assert set(statuses) <= {200, 504} and 504 in statuses, statuses
+        assert max(took for _, _, took in flood_results) < bound_s
+        for status, answer, _ in flood_results:
+            if status == 200:
+                assert answer["run_result"]["status"] == "TimeLimitExceeded", answer
+        pool = httpx.get(f"{base}/healthz", timeout=HTTP_TIMEOUT_S).json()["sandbox"]["pool"]
+        answered = sum(status == 200 for status, _, _ in flood_results + results)
+        assert pool["completed"] == answered  # a 504 was never run
+        assert pool["running"] == pool["queued"] == pool["waiting_for_place"] == pool["waiting_bytes"] == 0
+        for i, code in enumerate(right):  # verl's retry of each correct program, the flood answered
+            status, answer, _ = post_run_code(base, code)
+            assert status == 200 and answer["run_result"]["stdout"] == f"{i + 1}\n", answer
+    finally:
+        process.stop()
+
+
+async def test_run_code_bounds_the_bytes_of_waiting_requests(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Past MAX_WAITING_BYTES of code and input not started yet, 504 at once; one request over it alone, 413."""
+    from proctor.api.app import create_app
+    from proctor.settings import Settings
+
+    monkeypatch.setattr("proctor.sandboxes.pool.MAX_WAITING_BYTES", 1000)
+    app = create_app(Settings(sandbox_workers=1, sandbox_queue=0, run_code_queue_wait_s=20))
+    transport = httpx.ASGITransport(app=app)
+
+    def body(code: str) -> dict:
+        return {"code": code, "language": "python", "run_timeout": 1}
+
+    padded = "print(7)\n#" + "x" * 590  # 600 characters
+    async with (
+        app.router.lifespan_context(app),
+        httpx.AsyncClient(transport=transport, base_url="http://t", timeout=HTTP_TIMEOUT_S) as client,
+    ):
+        sleeper = asyncio.ensure_future(client.post("/run_code", json=body("import time\ntime.sleep(60)\n")))
+        while True:  # the sleeper holds the only worker for its 3 s wall-clock backstop
+            pool = (await client.get("/healthz")).json()["sandbox"]["pool"]
+            if pool is not None and pool["running"] == 1:
+                break
+            await asyncio.sleep(0.05)
+        waiting = asyncio.ensure_future(client.post("/run_code", json=body(padded)))
+        while (await client.get("/healthz")).json()["sandbox"]["pool"]["waiting_bytes"] != 600:
+            await asyncio.sleep(0.05)
+        over = await client.post("/run_code", json=body(padded + "y"))
+        assert over.status_code == 504 and over.headers["Retry-After"], over.text
+        assert "bytes of code and input" in over.json()["error"]["message"]
+        alone = await client.post("/run_code", json=body("#" * 1001))
+        assert alone.status_code == 413, alone.text
+        assert (await sleeper).json()["run_result"]["status"] == "TimeLimitExceeded"
+        answer = (await waiting).json()
+        assert answer["status"] == "Success" and answer["run_result"]["stdout"] == "7\n", answer
