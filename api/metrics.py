@@ -73,8 +73,8 @@ class Metrics:
         self.rejected = Counter(
             "proctor_rejected",
             "Requests turned away busy, by reason (429: queue_full: admission queue; pool_full: verifier pool "
-            "queue; sandbox_full: sandbox pool queue; 504: sandbox_wait: /run_code waited "
-            "PROCTOR_RUN_CODE_QUEUE_WAIT_S for a sandbox place).",
+            "queue; sandbox_full: sandbox pool queue; 504: sandbox_wait: a /run_code job did not start within "
+            "PROCTOR_RUN_CODE_QUEUE_WAIT_S, or the jobs waiting to start hold too many bytes).",
             ["reason"],
             registry=reg,
         )

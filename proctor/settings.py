@@ -79,8 +79,9 @@ class Settings(BaseSettings):
         8.0,
         ge=0,
         le=60,
-        description="/run_code only: seconds a job that finds the sandbox queue full waits for a place before "
-        "504 with Retry-After (verl retries 504 and nothing else); below verl's 10 s API time-out; 0: 504 at once.",
+        description="/run_code only: the longest a job may wait before it starts (in line for a place, then in "
+        "the sandbox queue); a job not started by then never runs and is answered 504 with Retry-After (verl "
+        "retries 504 and nothing else); below verl's 10 s API time-out; 0: 504 at once when the pool is full.",
     )
 
     # Operator maxima: any limit a request asks for above these is a 422 naming the field.
