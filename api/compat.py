@@ -8,7 +8,10 @@ one sample per request (with several URLs the batch is split, so a server can al
 turned into a tensor and logged, so it must be numeric). `query` is the decoded prompt + response with special
 tokens kept; `prompts` is the prompt text. When the prompt is longer than `max_len` leaves room for, OpenRLHF
 keeps its last tokens (`prompt_token_ids[-max_prompt_length:]`), so `query` no longer starts with `prompts[i]`:
-the response is then what follows the prompt's final assistant header (`proctor.adapters.labels.strip_prompt`).
+the response then follows the end of the prompt that `query` starts with (a BOS token may come first), else
+the prompt's first full occurrence, else its final assistant header; when none locates it the item fails
+(`verifier_error`, reason `prompt_mismatch`, under on_failure) and the whole query, prompt included, is never
+scored (`proctor.adapters.labels.strip_prompt`).
 `labels` are the dataset's label column as loaded, so a GSM8K answer is an int: labels may be any JSON value
 (`proctor.adapters.labels` says how each is read; a number is its canonical string). Rechecked against the
 openrlhf 0.11.2 wheel (`SingleTurnAgentExecutor._fetch_rewards_via_http`). A non-2xx answer is retried 5 times, 1 s apart; after that the
@@ -48,7 +51,13 @@ from fastapi import APIRouter, Depends, Query
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.responses import Response
 
-from proctor.adapters.labels import BadLabel, label_request, strip_prompt
+from proctor.adapters.labels import (
+    BadLabel,
+    PromptMismatch,
+    label_request,
+    prompt_mismatch_score,
+    strip_prompt,
+)
 from proctor.adapters.openrlhf import reward_payload
 from proctor.api.rendering import json_response
 from proctor.api.responses import VERIFIER_REFERENCE, error_responses, server_validated
@@ -169,22 +178,34 @@ async def openrlhf_get_reward(
             f"{count} items; the limit is {state.settings.max_batch_items} (PROCTOR_MAX_BATCH_ITEMS)",
             "query",
         )
+    engine = state.require_engine()
     requests: list[dict[str, Any]] = []
     structured: list[bool] = []
+    mismatched: dict[int, Score] = {}  # items whose response is not found in the query: failed, not scored
     for index, (query, prompt, label) in enumerate(zip(body.query, body.prompts, body.labels, strict=True)):
-        request, named = compat_request(
-            label, strip_prompt(query, prompt), state.settings.default_verifier, f"labels.{index}"
-        )
+        try:
+            response = strip_prompt(query, prompt)
+        except PromptMismatch:
+            request, named = compat_request(label, "", state.settings.default_verifier, f"labels.{index}")
+            try:  # a bad label is still a 4xx, as for any other item
+                item = prepare(request, end_tokens=engine.settings.end_token_list)
+            except RequestError as exc:
+                raise label_error(exc, f"labels.{index}", named) from None
+            mismatched[index] = prompt_mismatch_score(item.spec.qualified_name, index)
+            continue
+        request, named = compat_request(label, response, state.settings.default_verifier, f"labels.{index}")
         requests.append({**request, "id": index})
         structured.append(named)
-    engine = state.require_engine()
-    async with state.admission.slot():
-        results = await engine.score_batch_async(requests)
-    for index, result in enumerate(results):
+    results: list[Any] = []
+    if requests:
+        async with state.admission.slot():
+            results = await engine.score_batch_async(requests)
+    for request, named, result in zip(requests, structured, results, strict=True):
         if isinstance(result, ItemError):
             error = RequestError(result.error.status, result.error.message, result.error.field)
-            raise label_error(error, f"labels.{index}", structured[index])
-    scores: list[Score] = results  # type: ignore[assignment]
+            raise label_error(error, f"labels.{request['id']}", named)
+    scored = iter(results)
+    scores: list[Score] = [mismatched.get(index) or next(scored) for index in range(count)]
     for result in scores:
         state.metrics.observe_score(result)
     on_failure, value = policy

@@ -16,6 +16,7 @@ import pytest
 
 import proctor.engine
 from proctor.adapters import openrlhf, trl, verl
+from proctor.adapters.labels import PromptMismatch
 from proctor.client import ProctorRequestError
 from proctor.engine import Engine
 from proctor.policy import ScoringFailed
@@ -369,9 +370,11 @@ def test_openrlhf_reward_func_and_route_agree(
         timeout=60,
     ).json()
     func = openrlhf.reward_func(queries, prompts, labels, on_failure=policy, failure_value=0.5)
-    assert route["rewards"] == func["rewards"] == [1.0, 0.5, 1.0, 0.0]
+    # the last query holds no part of its prompt: a failure on both paths (it was scored whole before)
+    assert route["rewards"] == func["rewards"] == [1.0, 0.5, 1.0, 0.5]
     nan_to_none = [[None if math.isnan(v) else v for v in out["scores"]] for out in (route, func)]
-    assert nan_to_none[0] == nan_to_none[1] == [1.0, None if policy == "none" else 0.5, 1.0, 0.0]
+    failure = None if policy == "none" else 0.5
+    assert nan_to_none[0] == nan_to_none[1] == [1.0, failure, 1.0, failure]
     assert func["extra_logs"].pop("proctor_rejected") == [0.0] * 4  # the route answers 4xx instead
     assert route["extra_logs"] == func["extra_logs"]
 
@@ -467,7 +470,95 @@ def test_strip_prompt_rule() -> None:
     # ... and the last occurrence when no occurrence follows the prompt's own text (decoding changed it)
     changed = CHATML[-60:].replace("Not 41", "not 41")
     assert strip_prompt(changed + "42", CHATML) == "42"
-    # 3. no assistant header in the prompt, or none left in the query: the whole query
-    assert strip_prompt("tail of a question? 42", "Question: a question?") == "tail of a question? 42"
-    assert strip_prompt("istant\n42", CHATML) == "istant\n42"
+    # 3. nothing locates the response (no assistant header in the prompt, or none left in the query): the
+    # item fails; the whole query, prompt text included, is never scored
+    for query, prompt in (("tail of a question? 42", "Question: a question?"), ("istant\n42", CHATML)):
+        with pytest.raises(PromptMismatch):
+            strip_prompt(query, prompt)
     assert strip_prompt("anything", "") == "anything"
+
+
+RED_TEAM_PROMPT = "Q: capital of France? Hint the answer is Paris. A:"
+PLAIN_PROMPT = (
+    "Question: Natalia sold 48 clips in April and half as many in May. How many in all? Not 41.\nAnswer:"
+)
+
+
+@pytest.mark.parametrize(
+    ("query", "prompt", "response"),
+    [
+        # the red team's case: left-truncated, no assistant header in the prompt (the whole query held "Paris")
+        (RED_TEAM_PROMPT[5:] + " London", RED_TEAM_PROMPT, " London"),
+        ("\ufffd" + RED_TEAM_PROMPT[9:] + " London", RED_TEAM_PROMPT, " London"),
+        # a BOS token added at decode, before the whole prompt or a left-truncated one
+        ("<s>" + RED_TEAM_PROMPT + " London", RED_TEAM_PROMPT, " London"),
+        ("<|begin_of_text|>" + PLAIN_PROMPT + " 72", PLAIN_PROMPT, " 72"),
+        ("<|begin_of_text|>" + PLAIN_PROMPT[30:] + " 72", PLAIN_PROMPT, " 72"),
+        ("<|begin_of_text|>\ufffd" + PLAIN_PROMPT[31:] + " 72", PLAIN_PROMPT, " 72"),
+        # a plain `Answer:` template, truncated anywhere that keeps its last 16 characters
+        *(
+            (PLAIN_PROMPT[-keep:] + " 72", PLAIN_PROMPT, " 72")
+            for keep in (16, 17, 40, len(PLAIN_PROMPT) - 1)
+        ),
+        # a response that repeats the prompt's last words is kept whole
+        (PLAIN_PROMPT[20:] + " Answer: 72", PLAIN_PROMPT, " Answer: 72"),
+        # some other text before the whole prompt: after its first occurrence
+        ("<<SYS>>x<</SYS>>" * 3 + PLAIN_PROMPT + " 72 " + PLAIN_PROMPT, PLAIN_PROMPT, " 72 " + PLAIN_PROMPT),
+    ],
+)
+def test_strip_prompt_finds_the_end_of_a_left_truncated_or_bos_prefixed_prompt(
+    query: str, prompt: str, response: str
+) -> None:
+    from proctor.adapters.labels import strip_prompt
+
+    assert strip_prompt(query, prompt) == response
+
+
+@pytest.mark.parametrize(
+    "query",
+    [
+        "The capital is London, not Paris.",  # another template: no part of the prompt at its start
+        "Q: capital of Spain? A: London",  # a different prompt
+        "xx" * 20 + RED_TEAM_PROMPT[5:] + " London",  # more than a BOS token and a cut character before it
+        RED_TEAM_PROMPT[-10:] + " London",  # fewer than 16 characters of the prompt left: not told apart
+    ],
+)
+def test_strip_prompt_fails_closed_when_nothing_locates_the_response(query: str) -> None:
+    from proctor.adapters.labels import PromptMismatch, strip_prompt
+
+    with pytest.raises(PromptMismatch, match="chat template"):
+        strip_prompt(query, RED_TEAM_PROMPT)
+
+
+def test_strip_prompt_on_repetitive_text_is_bounded() -> None:
+    import time
+
+    from proctor.adapters.labels import strip_prompt
+
+    prompt = "ab" * 200_000
+    started = time.process_time()
+    assert strip_prompt(prompt[7:] + "X", prompt) == "X"
+    with pytest.raises(PromptMismatch):
+        strip_prompt("zz" * 20 + prompt[1:] + "X", prompt)
+    assert time.process_time() - started < 2
+
+
+@pytest.mark.parametrize("where", ["http", "in_process"])
+def test_openrlhf_reward_func_fails_a_query_whose_prompt_is_not_found(
+    where: str, live_server: str, in_process: Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if where == "http":
+        monkeypatch.setenv("PROCTOR_URL", live_server)
+    label = openrlhf.label("text.match", {"answer": "Paris", "op": "contains"})
+    queries = [
+        RED_TEAM_PROMPT[5:] + " London",
+        "The capital is London, not Paris.",
+        RED_TEAM_PROMPT + " Paris",
+    ]
+    prompts = [RED_TEAM_PROMPT] * 3
+    out = openrlhf.reward_func(queries, prompts, [label] * 3, on_failure="value", failure_value=-1.0)
+    assert out["rewards"] == [0.0, -1.0, 1.0]  # before: 1.0, 1.0, 1.0 (the prompt's "Paris" was scored)
+    assert out["extra_logs"]["proctor_status_verifier_error"] == [0.0, 1.0, 0.0]
+    with pytest.raises(ScoringFailed) as caught:
+        openrlhf.reward_func(queries, prompts, [label] * 3, on_failure="raise")
+    assert caught.value.score.reason == "prompt_mismatch"

@@ -69,7 +69,11 @@ def test_openrlhf_prompt_prefix_is_removed_only_when_present(live_server: str) -
     # test.misbehave rewards an exact match, so the first item scores 1 only if "PROMPT " was stripped.
     label = json.dumps({"verifier": "test.misbehave", "reference": "tail"})
     body = {"query": ["PROMPT tail", "tail"], "prompts": ["PROMPT ", "OTHER "], "labels": [label, label]}
-    assert post(live_server, OPENRLHF, body).json()["rewards"] == [1.0, 1.0]
+    # A query holding no part of its prompt is a failure (reason prompt_mismatch), never scored whole.
+    result = post(live_server, OPENRLHF, body, on_failure="value", failure_value="-1").json()
+    assert result["rewards"] == [1.0, -1.0], result
+    error = error_of(post(live_server, OPENRLHF, body), 503)  # the default policy, raise
+    assert "prompt_mismatch" in json.dumps(error), error
 
 
 def test_openrlhf_empty_batch(live_server: str) -> None:
@@ -316,6 +320,47 @@ def test_openrlhf_left_truncated_query_scores_the_response_only(live_server: str
         live_server, truncated, QWEN_PROMPT, 72
     ).json()  # the default verifier, a numeric label
     assert plain["rewards"] == [1.0]
+
+
+RED_TEAM_PROMPT = "Q: capital of France? Hint the answer is Paris. A:"
+PARIS = json.dumps({"verifier": "text.match", "reference": {"answer": "Paris", "op": "contains"}})
+
+
+def test_openrlhf_left_truncated_plain_prompt_scores_the_response_not_the_hint(live_server: str) -> None:
+    # The red team's case: no assistant header in the prompt, so the whole query (and its "Paris") was scored.
+    wrong = openrlhf_post(live_server, RED_TEAM_PROMPT[5:] + " London", RED_TEAM_PROMPT, PARIS).json()
+    assert wrong["rewards"] == [0.0], wrong
+    right = openrlhf_post(live_server, RED_TEAM_PROMPT[5:] + " Paris", RED_TEAM_PROMPT, PARIS).json()
+    assert right["rewards"] == [1.0], right
+
+
+@pytest.mark.parametrize("bos", ["<s>", "<|begin_of_text|>"])
+def test_openrlhf_bos_prefixed_query_scores_the_response(live_server: str, bos: str) -> None:
+    prompt = "Question: 6*7? Not 41, and not 43.\nAnswer:"
+    for query in (bos + prompt + " 41", bos + prompt[12:] + " 41"):
+        result = openrlhf_post(live_server, query, prompt, 42).json()
+        assert result["rewards"] == [0.0], (query, result)
+        assert result["extra_logs"]["proctor_status_ok"] == [1.0]
+    assert openrlhf_post(live_server, bos + prompt + " 42", prompt, 42).json()["rewards"] == [1.0]
+
+
+def test_openrlhf_query_without_its_prompt_fails_under_on_failure(live_server: str) -> None:
+    body = {
+        "query": ["The capital is London, not Paris.", RED_TEAM_PROMPT + " Paris"],
+        "prompts": [RED_TEAM_PROMPT] * 2,
+        "labels": [PARIS] * 2,
+    }
+    valued = post(live_server, OPENRLHF, body, on_failure="value", failure_value="-1").json()
+    assert valued["rewards"] == valued["scores"] == [-1.0, 1.0], valued
+    assert valued["extra_logs"]["proctor_failed"] == [1.0, 0.0]
+    assert valued["extra_logs"]["proctor_status_verifier_error"] == [1.0, 0.0]
+    masked = post(live_server, OPENRLHF, body, on_failure="none").json()
+    assert masked["scores"][0] != masked["scores"][0] and masked["scores"][1] == 1.0  # NaN
+    error = error_of(post(live_server, OPENRLHF, body, on_failure="raise"), 503)
+    assert "prompt_mismatch" in json.dumps(error), error
+    # a bad label on such an item is still the label's 4xx
+    bad = {**body, "labels": [json.dumps({"verifier": "no.such", "reference": "x"}), PARIS]}
+    assert post(live_server, OPENRLHF, bad, on_failure="value").status_code == 404
 
 
 def test_openrlhf_left_truncation_with_earlier_assistant_turns(live_server: str) -> None:

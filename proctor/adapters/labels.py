@@ -24,6 +24,8 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
+from proctor.contract import Score, Status
+
 
 class BadLabel(ValueError):
     """A label that is no reference at all (None, a boolean, NaN, half a label object)."""
@@ -106,6 +108,44 @@ ASSISTANT_HEADERS = (
 CUT_SLACK = 16
 """How many characters at the start of a left-truncated query may differ from the prompt (a cut token)."""
 
+BOS_TOKENS = (
+    "<|begin_of_text|>",  # Llama 3
+    "<｜begin▁of▁sentence｜>",  # DeepSeek V3 / R1
+    "<|startoftext|>",
+    "<bos>",  # Gemma
+    "<s>",  # Llama 2, Mistral
+    "[gMASK]<sop>",  # GLM
+)
+"""Beginning-of-sequence tokens a tokenizer may add when it encodes, so they open a query decoded with them."""
+
+PROMPT_TAIL = 16
+"""How many of the prompt's last characters locate a left-truncated prompt in the query (a search key)."""
+
+PROMPT_TRIES = 64
+"""How many occurrences of that key are checked, from the last one back (bounds the work on repetitive text)."""
+
+PROMPT_MISMATCH = (
+    "the query neither starts with its prompt, nor with the end of it (left truncation, a BOS token), nor holds "
+    "it or its final assistant header: the prompt was rendered with another chat template than the query, so "
+    "the response cannot be told from the prompt and nothing was scored"
+)
+
+
+class PromptMismatch(ValueError):
+    """No rule of strip_prompt locates the response in the query: scoring the whole query would score the prompt."""
+
+
+def prompt_mismatch_score(verifier: str, id: Any = None) -> Score:
+    """The failed score of an item whose response strip_prompt cannot locate: the on_failure policy decides."""
+    return Score(
+        id=id,
+        verifier=verifier,
+        status=Status.verifier_error,
+        reward=0.0,
+        reason="prompt_mismatch",
+        details={"error": PROMPT_MISMATCH},
+    )
+
 
 def final_assistant_header(prompt: str) -> str | None:
     """The prompt's final assistant header: from the last assistant-turn opener in it to the prompt's end.
@@ -116,23 +156,54 @@ def final_assistant_header(prompt: str) -> str | None:
     return prompt[start:] if start >= 0 else None
 
 
+def _after_prompt_suffix(query: str, prompt: str) -> int | None:
+    """Where the response starts when the query begins with the end of the prompt, else None.
+
+    The query is `prompt[k:] + response` (left truncation), maybe after a BOS token and up to CUT_SLACK other
+    characters (a token cut in two decodes to U+FFFD). The prompt's last PROMPT_TAIL characters are searched
+    in the query, last occurrence first, and an occurrence counts when everything from the query's start (those
+    lead characters aside) up to it is the end of the prompt: the first that counts ends the longest such part.
+    """
+    lead = CUT_SLACK + max((len(bos) for bos in BOS_TOKENS if query.startswith(bos)), default=0)
+    tail = prompt[-PROMPT_TAIL:]
+    position = query.rfind(tail, 0, len(prompt) + lead)
+    for _ in range(PROMPT_TRIES):
+        if position < 0:
+            return None
+        end = position + len(tail)
+        if prompt.endswith(query[min(lead, position) : end]):
+            return end
+        position = query.rfind(tail, 0, end - 1)
+    return None
+
+
 def strip_prompt(query: str, prompt: str) -> str:
     """The response part of a decoded prompt + response (OpenRLHF's `query`).
 
-    1. The query starts with the prompt: the rest of it.
-    2. It does not (the trainer cut the prompt's tokens on the left to fit `max_len`, or decoding changed it):
-       the response follows the last occurrence of the prompt's final assistant header (final_assistant_header)
+    1. The query starts with the prompt (or the prompt is empty): the rest of it.
+    2. It starts with the end of the prompt instead (the trainer cut the prompt's tokens on the left to fit
+       `max_len`; a BOS token and a broken first character may come before): what follows the longest such
+       end of the prompt (`_after_prompt_suffix`).
+    3. It holds the whole prompt later on (a BOS token added at decode): what follows its first occurrence.
+    4. The response follows the last occurrence of the prompt's final assistant header (final_assistant_header)
        in the query whose preceding text is the end of the prompt before that header (the query's first
        CUT_SLACK characters may differ: that is where the tokens were cut). So a header the model wrote in
        its own response (a run-on turn) is passed over, and so are the prompt's earlier assistant turns.
        When no occurrence qualifies, the last occurrence.
-    3. The prompt has no assistant header, or the query does not contain it: the whole query.
+    5. None of these: PromptMismatch. The whole query is never scored, since it holds prompt text (a hint,
+       the question's own numbers) that a verifier would read as the answer.
     """
     if not prompt or query.startswith(prompt):
         return query[len(prompt) :]
+    end = _after_prompt_suffix(query, prompt)
+    if end is not None:
+        return query[end:]
+    found = query.find(prompt)
+    if found >= 0:
+        return query[found + len(prompt) :]
     header = final_assistant_header(prompt)
     if not header or header not in query:
-        return query
+        raise PromptMismatch(PROMPT_MISMATCH)
     before = prompt[: len(prompt) - len(header)]
     position = query.rfind(header)
     last = position

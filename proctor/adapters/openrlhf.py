@@ -13,8 +13,10 @@ writes it); any other label is a bare reference for the default verifier ($PROCT
 text.match): a string as is, a number as its canonical string (GSM8K's `42` -> "42"), a list as several golds,
 an object as the verifier's reference object; None and booleans are rejected (see `proctor.adapters.labels`).
 The response is the query with its prompt removed; when the query does not start with the prompt (OpenRLHF
-cut the prompt's tokens on the left to fit `max_len`), it is what follows the prompt's final assistant header
-(`proctor.adapters.labels.strip_prompt` gives the exact rule).
+cut the prompt's tokens on the left to fit `max_len`, or a BOS token was added), it is what follows the end of
+the prompt the query starts with, else the whole prompt inside it, else the prompt's final assistant header;
+when none locates it the item fails (reason `prompt_mismatch`, under on_failure) rather than scoring prompt
+text (`proctor.adapters.labels.strip_prompt` gives the exact rule).
 
 Failure policy in OpenRLHF (`on_failure`; default $PROCTOR_ON_FAILURE, else `raise`, as for the service's route):
 - `raise`: reward_func raises ScoringFailed. OpenRLHF's agent executor catches exceptions from the reward
@@ -52,7 +54,13 @@ from proctor.adapters._common import (
     server_url_from_env,
     warn_failures,
 )
-from proctor.adapters.labels import BadLabel, label_request, strip_prompt
+from proctor.adapters.labels import (
+    BadLabel,
+    PromptMismatch,
+    label_request,
+    prompt_mismatch_score,
+    strip_prompt,
+)
 from proctor.contract import ErrorBody, ItemError, Score, Status
 from proctor.settings import Settings
 
@@ -109,14 +117,19 @@ def reward_func(queries: list[str], prompts: list[str], labels: list[Any], **kwa
     if not len(queries) == len(prompts) == len(labels):
         raise ValueError("queries, prompts and labels differ in length")
     requests: list[dict[str, Any]] = []
-    slots: list[int | ItemError] = []  # the request index of each item, or its rejection
+    slots: list[int | ItemError | Score] = []  # the request index of each item, its rejection or its failure
     for index, (query, prompt, text) in enumerate(zip(queries, prompts, labels, strict=True)):
         try:
-            request = label_request(
-                plain(text), strip_prompt(str(query), str(prompt)), settings.default_verifier
-            )[0]
+            request = label_request(plain(text), "", settings.default_verifier)[0]
         except BadLabel as exc:
             slots.append(ItemError(error=ErrorBody(status=422, message=str(exc), field=f"labels.{index}")))
+            continue
+        try:
+            request["response"] = strip_prompt(str(query), str(prompt))
+        except (
+            PromptMismatch
+        ):  # the response cannot be told from the prompt: a failure, never the whole query
+            slots.append(prompt_mismatch_score(str(request["verifier"]), index))
             continue
         slots.append(len(requests))
         requests.append(request)
@@ -125,6 +138,6 @@ def reward_func(queries: list[str], prompts: list[str], labels: list[Any], **kwa
         if not requests
         else score_many(requests, server_url_from_env(None), os.environ.get("PROCTOR_TOKEN") or None)
     )
-    results = [scored[slot] if isinstance(slot, int) else slot for slot in slots]
+    results: list[Result] = [scored[slot] if isinstance(slot, int) else slot for slot in slots]
     warn_failures("proctor openrlhf reward_func", results)
     return reward_payload([outcome(result, policy, value) for result in results], value, results)
