@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 from fastapi import APIRouter, Depends
 from starlette.responses import Response
 
@@ -35,9 +37,15 @@ router = APIRouter(prefix="/v1", tags=["scoring"])
 async def score(body: ScoreRequest, state: ServiceState = Depends(get_state)) -> Response:
     """Score one response against its reference; a machinery failure is a Score with a non-ok status."""
     engine = state.require_engine()
-    item = prepare(
-        body, end_tokens=engine.settings.end_token_list
-    )  # 404 unknown verifier, 422 invalid reference/options, before taking a slot
+    # 404 unknown verifier, 422 invalid reference/options, before taking a slot. Reading a large response
+    # (end-of-turn cut, extraction) runs on a thread so one big body never stalls the event loop.
+    small = isinstance(body.response, str) and len(body.response) <= engine.settings.inline_max_chars
+    end_tokens = engine.settings.end_token_list
+    item = (
+        prepare(body, end_tokens=end_tokens)
+        if small
+        else await asyncio.to_thread(prepare, body, end_tokens=end_tokens)
+    )
     async with state.admission.slot():
         result = await engine.score_async(item)
     state.metrics.observe_score(result)

@@ -413,3 +413,34 @@ async def test_settings_given_in_code_decide_the_tokens_on_every_route():
     assert batch["results"][0]["reward"] == 1.0
     assert slime == 1.0
     assert openrlhf.json()["rewards"] == [1.0], openrlhf.text
+
+
+async def test_a_large_response_is_read_off_the_event_loop(monkeypatch):
+    """The cut and extraction of a response past inline_max_chars run on a thread, never on the event loop."""
+    import threading
+
+    import httpx
+
+    from proctor.api import routes
+    from proctor.api.app import create_app
+
+    threads: list[str] = []
+    real_prepare = routes.prepare
+
+    def recording_prepare(*args, **kwargs):
+        threads.append(threading.current_thread().name)
+        return real_prepare(*args, **kwargs)
+
+    monkeypatch.setattr(routes, "prepare", recording_prepare)
+    app = create_app(Settings(pool_workers=1, cache_size=0, inline_max_chars=1000))
+    transport = httpx.ASGITransport(app=app)
+    async with (
+        app.router.lifespan_context(app),
+        httpx.AsyncClient(transport=transport, base_url="http://t") as client,
+    ):
+        small = {"verifier": "text.match", "response": "42<|im_end|>", "reference": "42"}
+        large = {**small, "response": " " * 5000 + "The answer is 42<|im_end|>"}
+        assert (await client.post("/v1/score", json=small)).json()["reward"] == 1.0
+        assert (await client.post("/v1/score", json=large)).json()["reward"] == 1.0
+    loop_thread = threading.main_thread().name
+    assert threads[0] == loop_thread and threads[1] != loop_thread, threads
