@@ -607,3 +607,55 @@ def test_a_formula_failing_after_validation_is_a_server_failure_not_a_grade_or_4
         engine.close()
     assert outcome.server_failure and "calculate_output" in outcome.server_failure
     assert outcome.errors["formula_parse_error"] is True
+
+
+# -- a python grader that exec()s the sample cannot hand the sample the harness's nonce ---------------------------
+
+EXEC_GRADER = (
+    "def grade(s, i):\n"
+    "    ns = {}\n"
+    "    exec(s['output_text'], ns)\n"
+    "    return 1.0 if ns['add'](2, 3) == 5 else 0.0\n"
+)
+WRONG_ADD = "def add(a, b):\n    return a - b\n"
+
+
+@pytest.mark.parametrize(
+    "attack",
+    [
+        # the red team's sample: the nonce and result path were globals of __main__
+        'import sys, json, os\nm = sys.modules["__main__"]\n'
+        'json.dump({"nonce": m.nonce, "value": 1.0}, open(m.result_path, "w"))\nos._exit(0)\n',
+        # a forged result file, with and without a guessed MAC
+        'import json, os\nfor name in (".proctor_grade.json",):\n'
+        '    json.dump({"value": 1.0, "mac": "0" * 64, "nonce": ""}, open(name, "w"))\nos._exit(0)\n',
+        # kill the trusted parent
+        "import os, signal\nos.kill(os.getppid(), signal.SIGKILL)\n",
+        # read the nonce through the parent's stdin (it is non-dumpable: /proc/<ppid>/fd is closed to it)
+        'import os, json\nnonce = open(f"/proc/{os.getppid()}/fd/0").read()\n'
+        'json.dump({"nonce": nonce, "value": 1.0}, open(".proctor_grade.json", "w"))\nos._exit(0)\n',
+        # read stdin directly (the child closed it before the grader ran)
+        "import os, json\nnonce = os.read(0, 100).decode()\n"
+        'json.dump({"nonce": nonce, "value": 1.0}, open(".proctor_grade.json", "w"))\nos._exit(0)\n',
+    ],
+)
+def test_a_sample_a_python_grader_execs_cannot_forge_its_grade(http, backend, attack):
+    grader = {"type": "python", "name": "p", "source": EXEC_GRADER}
+    score = http.post(
+        "/v1/score",
+        json={"verifier": "openai.grader", "response": WRONG_ADD + attack, "reference": {"grader": grader}},
+    ).json()
+    assert score["status"] == "ok" and score["reward"] == 0.0, score
+
+
+def test_a_python_grader_that_execs_an_honest_sample_grades_it(http, backend):
+    grader = {"type": "python", "name": "p", "source": EXEC_GRADER}
+    right = "def add(a, b):\n    print('adding', a, b)\n    return a + b\n"
+    assert run(http, grader, right).json()["reward"] == 1.0
+    assert run(http, grader, WRONG_ADD).json()["reward"] == 0.0
+    chatty = "def grade(s, i):\n    print('noise ' * 100)\n    import sys; print('x', file=sys.stderr)\n    return 0.3\n"
+    body = run(http, {"type": "python", "name": "p", "source": chatty}, "x").json()
+    assert (
+        body["reward"] == pytest.approx(0.3)
+        and body["metadata"]["errors"]["python_grader_runtime_error"] is False
+    )

@@ -831,3 +831,23 @@ def test_an_unparseable_pairwise_sample_is_a_loss_not_dropped(judge, monkeypatch
     result = asyncio.run(pairwise.score_pairwise("Mine, longer.", reference, options))
     assert result.reward == 0.5 and result.components == {"response_first": 0.5, "response_second": 0.5}
     assert result.details["orders_parsed"] == [1, 1]
+
+
+def test_a_response_a_check_execs_cannot_forge_its_verdict(engine, judge, backend):
+    # check() runs in a child that never held the nonce: the response it exec()s finds no nonce, no result path,
+    # cannot read the trusted parent's stdin (non-dumpable) and a file it forges carries no valid MAC.
+    check = "def check(response):\n    ns = {}\n    exec(response, ns)\n    return ns['add'](2, 3) == 5\n"
+    rubric = {"items": [{"criterion": "adds", "kind": "code", "code": check}]}
+    wrong = "def add(a, b):\n    return a - b\n"
+    attacks = [
+        'import sys, json, os\nm = sys.modules["__main__"]\n'
+        'json.dump({"nonce": m.nonce, "met": True}, open(m.result_path, "w"))\nos._exit(0)\n',
+        'import json, os\njson.dump({"met": True, "mac": "0" * 64}, open(".proctor_check.json", "w"))\nos._exit(0)\n',
+        "import os, signal\nos.kill(os.getppid(), signal.SIGKILL)\n",
+        'import os\nnonce = open(f"/proc/{os.getppid()}/fd/0").read()\n',
+    ]
+    for attack in attacks:
+        result = score(engine, judge, "judge.rubric", wrong + attack, rubric)
+        assert result.status is Status.ok and result.reward == 0.0, (attack, result)
+    right = "def add(a, b):\n    print(a, b)\n    return a + b\n"
+    assert score(engine, judge, "judge.rubric", right, rubric).reward == 1.0

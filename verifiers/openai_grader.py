@@ -75,7 +75,7 @@ from proctor.verifiers.formula import (
 from proctor.verifiers.judge import parse
 from proctor.verifiers.judge.client import JudgeError, Sampling, complete, judge_config
 from proctor.verifiers.judge.common import check_judge_url
-from proctor.verifiers.judge.items import result_document
+from proctor.verifiers.judge.items import forked_harness, result_document
 
 TEXT_METRICS = {
     "fuzzy_match": "fuzzy_match",
@@ -741,14 +741,17 @@ def _message_content(message: InputMessage, item: Any, sample: str) -> str | lis
 
 PYTHON_LIMITS = RunLimits(cpu_s=10.0, memory_mb=512, processes=8, output_bytes=64 * 1024)
 PYTHON_RESULT = ".proctor_grade.json"
-# The grade comes back in a file the harness writes after grade() returns, holding a secret nonce the harness
-# read from stdin before the grader's code ran; never on stdout, which the grader (and, through its prints,
-# the sample) writes. So a grader that prints the sample and exits cannot forge a reward.
-_PYTHON_HARNESS = f"""\
-import json, math, os, sys
-nonce = sys.stdin.read()
-result_path = os.path.abspath({PYTHON_RESULT!r})
-namespace = {{"__name__": "grader"}}
+# The grade comes back in a file the trusted harness writes after grade() returned in a child process that
+# never held the nonce (forked_harness: the parent is non-dumpable, forks before it reads the nonce from stdin,
+# and keeps only a finite number the child sends on a pipe); never on stdout, which the grader (and, through
+# its prints, the sample) writes. So a grader that prints the sample and exits cannot forge a reward, and one
+# that exec()s the sample's code gives that code no nonce or result path to forge a grade with.
+_PYTHON_HARNESS = forked_harness(
+    PYTHON_RESULT,
+    "value",
+    "type(value) in (int, float) and math.isfinite(value)",
+    """\
+namespace = {"__name__": "grader"}
 with open("grader.py", encoding="utf-8") as source:
     code = compile(source.read(), "grader.py", "exec")
 with open("input.json", encoding="utf-8") as data:
@@ -757,15 +760,15 @@ exec(code, namespace)
 result = namespace["grade"](given["sample"], given["item"])
 ok = isinstance(result, (int, float)) and not isinstance(result, bool)
 value = float(result) if ok else None
-with open(result_path, "w", encoding="utf-8") as out:
-    json.dump({{"nonce": nonce, "value": value if value is None or math.isfinite(value) else None}}, out)
-"""
+reply = value if value is None or math.isfinite(value) else None""",
+)
 
 
 def python_job(source: str, item: Any, sample: str, nonce: str = "") -> Job:
     """The sandbox job that runs a python grader's grade(sample, item): `sample` has `output_text` and
     `output_json` (the sample parsed as JSON, or None when it is not JSON); `item` is the dataset item. The
-    harness writes {"nonce", "value"} to PYTHON_RESULT after grade() returns; the nonce reaches it on stdin."""
+    harness writes {"value", "mac"} to PYTHON_RESULT after grade() returned in a child that never held the
+    nonce; the nonce reaches the parent on stdin."""
     try:
         output_json = parse.bounded_json(sample)
     except ValueError:
@@ -803,7 +806,9 @@ def _run_python(grader: PythonGrader, item: Any, sample: str, outcome: Outcome) 
         outcome.server_failure = f"python grader: sandbox_error: {detail}"
         return
     document = (
-        result_document(result.files, PYTHON_RESULT, nonce) if command.verdict is RunVerdict.ok else None
+        result_document(result.files, PYTHON_RESULT, nonce, "value")
+        if command.verdict is RunVerdict.ok
+        else None
     )
     found, value = document is not None, (document or {}).get("value")
     if found and isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):

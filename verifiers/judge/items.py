@@ -13,6 +13,7 @@ from __future__ import annotations
 import ast
 import asyncio
 import base64
+import hashlib
 import hmac
 import json
 import secrets
@@ -27,23 +28,92 @@ from proctor.verifiers.patterns import pattern_error, regex_matches
 MAX_ITEMS = 100
 CHECK_LIMITS = RunLimits(cpu_s=5.0, memory_mb=256, processes=8, output_bytes=64 * 1024)
 RESULT = ".proctor_check.json"
-# check()'s verdict comes back in a file the harness writes after check() returns, holding a secret nonce the
-# harness read from stdin before the check's code ran; never on stdout, which check() (and, if it prints it,
-# the response) writes. So a check that prints the response and exits decides nothing.
-_HARNESS = f"""\
-import json, os, sys
-nonce = sys.stdin.read()
-result_path = os.path.abspath({RESULT!r})
-namespace = {{"__name__": "check"}}
+
+
+def forked_harness(result_path: str, key: str, valid: str, body: str) -> str:
+    """A sandbox harness whose untrusted part never shares a process with the run's nonce.
+
+    The trusted parent makes itself non-dumpable (prctl PR_SET_DUMPABLE 0: a child of the same uid can neither
+    open /proc/<parent>/fd nor read its memory; the sandbox's seccomp forbids ptrace), then forks before it
+    reads anything. The child closes stdin (where the nonce waits) first, runs `body` (the author's code,
+    which may exec the model's text), and sends only `reply` as JSON on a pipe. The parent waits for the child,
+    keeps `reply` only when it passes `valid` (an expression of `value`), THEN reads the nonce from stdin and
+    writes {key: value, "mac": HMAC-SHA256(nonce, JSON of value)} to `result_path`, so neither the child nor
+    anything it left running can forge the file, and a file the parent wrote names no nonce to copy. A child
+    that dies or is killed ends the parent the same way; one that exits without replying leaves no file."""
+    child = "".join(f"        {line}\n" if line else "\n" for line in body.splitlines())
+    return f"""\
+import ctypes, hashlib, hmac, json, math, os, signal, sys, traceback
+if ctypes.CDLL(None, use_errno=True).prctl(4, 0, 0, 0, 0) != 0:
+    sys.exit("the harness could not make itself non-dumpable")
+read_end, write_end = os.pipe()
+pid = os.fork()
+if pid == 0:
+    os.close(0)
+    os.close(read_end)
+    status = 1
+    try:
+{child}        os.write(write_end, json.dumps(reply).encode())
+        status = 0
+    except SystemExit as stop:
+        status = stop.code if isinstance(stop.code, int) else (0 if stop.code is None else 1)
+        if not isinstance(stop.code, int) and stop.code is not None:
+            print(stop.code, file=sys.stderr)
+    except BaseException:
+        traceback.print_exc()
+    finally:
+        try:
+            sys.stdout.flush()
+            sys.stderr.flush()
+        finally:
+            os._exit(status)
+os.close(write_end)
+_, status = os.waitpid(pid, 0)
+if os.WIFSIGNALED(status):
+    signal.signal(os.WTERMSIG(status), signal.SIG_DFL)
+    os.kill(os.getpid(), os.WTERMSIG(status))
+    os._exit(1)
+if os.WEXITSTATUS(status) != 0:
+    os._exit(os.WEXITSTATUS(status))
+os.set_blocking(read_end, False)
+try:
+    data = os.read(read_end, 65536)
+except BlockingIOError:
+    data = b""
+if not data:
+    os._exit(0)
+try:
+    value = json.loads(data)
+except (ValueError, RecursionError):
+    value = None
+if not ({valid}):
+    value = None
+nonce = sys.stdin.read().encode()
+text = json.dumps(value)
+mac = hmac.new(nonce, text.encode(), hashlib.sha256).hexdigest()
+with open(os.path.abspath({result_path!r}), "w", encoding="utf-8") as out:
+    json.dump({{{key!r}: value, "mac": mac}}, out)
+"""
+
+
+# check()'s verdict comes back in a file the trusted harness writes after check() returned in a child process
+# that never held the nonce (forked_harness); never on stdout, which check() (and, if it prints it, the
+# response) writes. So a check that prints the response and exits decides nothing, and a check that exec()s
+# the response cannot reach the nonce.
+_HARNESS = forked_harness(
+    RESULT,
+    "met",
+    "type(value) is bool",
+    """\
+namespace = {"__name__": "check"}
 with open("check.py", encoding="utf-8") as source:
     code = compile(source.read(), "check.py", "exec")
 with open("response.txt", encoding="utf-8", errors="replace") as text:
     response = text.read()
 exec(code, namespace)
 met = namespace["check"](response)
-with open(result_path, "w", encoding="utf-8") as out:
-    json.dump({{"nonce": nonce, "met": met if type(met) is bool else None}}, out)
-"""
+reply = met if type(met) is bool else None""",
+)
 
 
 class Item(BaseModel):
@@ -114,8 +184,9 @@ def regex_met(item: Item, text: str) -> bool:
 
 
 def check_job(code: str, text: str, nonce: str = "") -> Job:
-    """The sandbox job that runs a code item's check() on the response text; the harness writes
-    {"nonce", "met"} to RESULT after check() returns (the nonce reaches it on stdin)."""
+    """The sandbox job that runs a code item's check() on the response text; the harness (forked_harness)
+    writes {"met", "mac"} to RESULT after check() returned in a child that never held the nonce (the nonce
+    reaches the parent on stdin)."""
     return Job(
         files=[
             File(path="harness.py", content=_HARNESS),
@@ -132,10 +203,11 @@ def check_job(code: str, text: str, nonce: str = "") -> Job:
     )
 
 
-def result_document(files: dict[str, str], path: str, nonce: str) -> dict[str, Any] | None:
-    """The result file a harness wrote after the untrusted function returned, or None: it must be there, be a
-    JSON object and hold this run's nonce (so nothing the function printed, or wrote without the nonce,
-    counts). Shared with the python graders of `openai.grader`."""
+def result_document(files: dict[str, str], path: str, nonce: str, key: str) -> dict[str, Any] | None:
+    """The result file a forked_harness wrote after the untrusted function returned, or None: it must be
+    there, be a JSON object and carry the HMAC-SHA256 of its `key` value under this run's nonce (so nothing
+    the function printed, or wrote without the nonce, counts). Shared with the python graders of
+    `openai.grader`."""
     raw = files.get(path)
     if raw is None:
         return None
@@ -143,9 +215,10 @@ def result_document(files: dict[str, str], path: str, nonce: str) -> dict[str, A
         document = json.loads(base64.b64decode(raw))
     except (ValueError, TypeError, RecursionError):
         return None
-    if not isinstance(document, dict) or not isinstance(document.get("nonce"), str):
+    if not isinstance(document, dict) or key not in document or not isinstance(document.get("mac"), str):
         return None
-    if not hmac.compare_digest(document["nonce"].encode(), nonce.encode()):
+    expected = hmac.new(nonce.encode(), json.dumps(document[key]).encode(), hashlib.sha256).hexdigest()
+    if not hmac.compare_digest(document["mac"].encode(), expected.encode()):
         return None
     return document
 
@@ -167,7 +240,7 @@ def code_met_sync(item: Item, text: str) -> tuple[bool | None, str]:
         raise CheckError(failed.detail if failed else "the sandbox ran nothing")
     if command.verdict is not RunVerdict.ok:
         return None, f"undecided: check ended with {command.verdict.value}: {command.stderr[-300:]}"
-    document = result_document(result.files, RESULT, nonce)
+    document = result_document(result.files, RESULT, nonce, "met")
     if document is None:
         return None, "undecided: check() did not return (it exited first)"
     verdict = document.get("met")
