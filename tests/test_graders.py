@@ -10,7 +10,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from proctor.verifiers.openai_grader import SampleNotJson, render, string_check
+from proctor.verifiers.openai_grader import SampleNotJson, image_url_problem, render, string_check
 from tests.conftest import ServerProcess, free_port, server_env
 from tests.judge_server import (
     Drop,
@@ -659,3 +659,89 @@ def test_a_python_grader_that_execs_an_honest_sample_grades_it(http, backend):
         body["reward"] == pytest.approx(0.3)
         and body["metadata"]["errors"]["python_grader_runtime_error"] is False
     )
+
+
+# -- image URLs: only a plain public DNS name, however a URL parser would read the host --------------------------
+
+# The red team's loopback spellings (WHATWG parsers decode '%2e', the ideographic full stop, full-width letters,
+# and map these IPv6 forms to IPv4), then the strict rule's edges.
+LOOPBACK_IMAGE_URLS = [
+    "https://127%2E0%2E0%2E1/cat.png",
+    "https://127%2e1/cat.png",
+    "https://2130706433%2e/cat.png",
+    "https://127\u30020\u30020\u30021/cat.png",
+    "https://localhost%2e/cat.png",
+    "https://\uff4c\uff4f\uff43\uff41\uff4c\uff48\uff4f\uff53\uff54/cat.png",
+    "https://%6c%6f%63%61%6c%68%6f%73%74/cat.png",
+    "https://[64:ff9b::7f00:1]/cat.png",
+    "https://[::127.0.0.1]/cat.png",
+    "https://[2002:7f00:1::]/cat.png",
+    "https://\u3000/cat.png",
+]
+EDGE_IMAGE_URLS = [
+    "https://8.8.8.8/cat.png",  # no IP literal at all, public or not
+    "https://[2606:4700::1111]/cat.png",
+    "https://0x7f.1/cat.png",
+    "https://example.com./cat.png",  # trailing dot
+    "https://example/cat.png",  # one label
+    "https://localhost/cat.png",
+    "https://LOCALHOST:443/cat.png",
+    "https://a.localhost/cat.png",
+    "https://printer.local/cat.png",
+    "https://metadata.google.internal/cat.png",
+    "https://example.123/cat.png",  # last label not alphabetic
+    "https://example.c0m/cat.png",
+    "https://-example.com/cat.png",
+    "https://example-.com/cat.png",
+    "https://ex_ample.com/cat.png",
+    "https://exa%6dple.com/cat.png",
+    "https://b\u00fccher.de/cat.png",
+    "https://" + "a" * 64 + ".com/cat.png",  # a label over 63
+    "https://" + ".".join(["a" * 63] * 4) + ".com/",  # over 253
+    "https://example..com/cat.png",
+    "https://example.com:8443/cat.png",
+    "https://example.com:/cat.png",
+    "https://example.com:0443x/cat.png",
+    "https://user@example.com/cat.png",
+    "https:///cat.png",
+    "https://",
+]
+GOOD_IMAGE_URLS = [
+    "https://example.com/cat.png",
+    "https://EXAMPLE.com:443/cat.png?size=2#x",
+    "https://cdn-1.images.example.co.uk/a/b.png",
+    "https://" + "a" * 63 + ".com/cat.png",
+    "https://x.io",
+    "https://example.com/%2e%2e/caf\u00e9.png",  # the path is the fetcher's business, not the host
+]
+
+
+def test_image_urls_name_only_a_plain_public_dns_host():
+    for url in LOOPBACK_IMAGE_URLS + EDGE_IMAGE_URLS:
+        assert image_url_problem(url) is not None, url
+    for url in GOOD_IMAGE_URLS:
+        assert image_url_problem(url) is None, url
+
+
+def _image_grader(image_url: str) -> dict:
+    part = {"type": "input_image", "image_url": image_url}
+    content = [{"type": "input_text", "text": "Caption: {{sample.output_text}}"}, part]
+    return {
+        "type": "score_model",
+        "name": "look",
+        "model": "gpt-4o",
+        "input": [{"role": "developer", "content": "Grade."}, {"role": "user", "content": content}],
+    }
+
+
+@pytest.mark.parametrize("url", LOOPBACK_IMAGE_URLS)
+def test_a_loopback_image_url_is_refused_from_the_spec_the_item_and_the_sample(http, judge, url):
+    before = judge.calls
+    literal = http.post("/v1/graders/validate", json={"grader": _image_grader(url)})
+    assert literal.status_code == 422, literal.text[:300]
+    from_item = run(http, _image_grader("{{item.image}}"), "a cat", {"image": url})
+    assert from_item.status_code == 422 and from_item.json()["error"]["field"] == "item"
+    body = run(http, _image_grader("{{sample.output_text}}"), url).json()
+    assert body["reward"] == 0.0 and body["metadata"]["errors"]["sample_parse_error"] is True
+    assert "image_url" in body["metadata"]["scores"]["sample_image_error"]
+    assert judge.calls == before

@@ -19,9 +19,10 @@ What goes wrong, and how it is answered:
   audio (or unknown) content part, or `grader`/`item`/`reference_answer` nests more than MAX_NESTING levels:
   422 naming the field; the sample's `output_json` asked for but the sample is not JSON (or nests deeper than
   MAX_NESTING): reward 0, `errors.sample_parse_error`;
-- an input_image URL that is not https:// (public host, no user-info) or a bounded data:image/...;base64, URL
-  (image_url_problem): a 422 naming the content part (a literal URL) or `item` (rendered from it); rendered
-  from the sample: reward 0, `errors.sample_parse_error` (`scores.sample_image_error` says why);
+- an input_image URL that is not https:// (a plain public DNS name, port 443 or none, no user-info) or a
+  bounded data:image/...;base64, URL (image_url_problem): a 422 naming the content part (a literal URL) or
+  `item` (rendered from it); rendered from the sample: reward 0, `errors.sample_parse_error`
+  (`scores.sample_image_error` says why);
 - `calculate_output` may have no value somewhere over the sub-rewards' ranges (interval arithmetic,
   `formula.domain_problem`): 422 at validation; failing anyway at run time is a server failure, never a grade;
 - a model grader's reply is unparseable or a refusal: reward 0, `model_grader_parse_error` /
@@ -39,13 +40,11 @@ from __future__ import annotations
 
 import ast
 import asyncio
-import ipaddress
 import json
 import math
 import re
 import secrets
 import time
-import urllib.parse
 from typing import Annotated, Any, Literal
 
 from pydantic import (
@@ -160,12 +159,41 @@ MAX_IMAGE_HTTPS_URL_CHARS = 8 * 1024
 _DATA_IMAGE = re.compile(r"data:image/(?:png|jpeg|gif|webp);base64,[A-Za-z0-9+/]*={0,2}")
 
 
+# The authority of an https:// image URL: a plain ASCII DNS name, then at most the port 443. Nothing a WHATWG
+# URL parser (the judge server's fetcher) would rewrite into another host passes: no '%' escapes, no
+# non-ASCII (full-width letters, the ideographic full stop), no IP literal in any spelling, no trailing dot.
+_IMAGE_AUTHORITY = re.compile(r"(?P<host>[A-Za-z0-9.-]+)(?::(?P<port>[0-9]+))?")
+_DNS_LABEL = re.compile(r"[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?")
+_BLOCKED_SUFFIXES = (".localhost", ".local", ".internal")
+
+
+def image_host_problem(host: str) -> str | None:
+    """Why `host` is not a plain public DNS name an image URL may name, or None: labels of [a-z0-9-]
+    (case-insensitive), 1 to 63 characters, not starting or ending with '-'; at least two labels, the last
+    alphabetic; at most 253 characters; no trailing dot; not `localhost` nor under `.localhost`, `.local` or
+    `.internal`. So no IP literal (v4 or v6, any spelling) and nothing a URL parser would decode first."""
+    if not host.isascii() or not host:
+        return "an image URL's host must be a plain ASCII DNS name"
+    name = host.lower()
+    if len(name) > 253:
+        return "an image URL's host may have at most 253 characters"
+    labels = name.split(".")
+    if len(labels) < 2 or not all(_DNS_LABEL.fullmatch(label) for label in labels):
+        return f"an image URL must name a host by a DNS name (labels of a-z, 0-9, '-'), not {host!r}"
+    if not labels[-1].isalpha():
+        return f"an image URL must name a host by name, not an IP address or a numeric name ({host!r})"
+    if name == "localhost" or name.endswith(_BLOCKED_SUFFIXES):
+        return f"an image URL must not name a local or internal host ({host!r})"
+    return None
+
+
 def image_url_problem(url: str) -> str | None:
-    """Why a rendered input_image URL may not go to the judge, or None. Only `https://` URLs (a host, no
-    user-info, not a loopback, private, link-local or otherwise reserved IP literal nor `localhost`, at most
-    MAX_IMAGE_HTTPS_URL_CHARS) and `data:image/(png|jpeg|gif|webp);base64,` URLs of at most
-    MAX_IMAGE_DATA_URL_BYTES pass: a judge server that fetches image URLs must never be sent `file://`,
-    `http://169.254.169.254/...` or an unbounded data URL (SSRF, memory)."""
+    """Why a rendered input_image URL may not go to the judge, or None. Only `https://` URLs whose host is a
+    plain public DNS name (image_host_problem: no IP literal, '%', non-ASCII, `localhost`, `*.local`,
+    `*.internal`), with no user-info, port 443 or none, at most MAX_IMAGE_HTTPS_URL_CHARS, and
+    `data:image/(png|jpeg|gif|webp);base64,` URLs of at most MAX_IMAGE_DATA_URL_BYTES pass: a judge server
+    that fetches image URLs must never be sent `file://`, `http://169.254.169.254/...`, a loopback spelled
+    any way a URL parser accepts, or an unbounded data URL (SSRF, memory)."""
     if url.startswith("data:"):
         if len(url) > MAX_IMAGE_DATA_URL_BYTES:
             return f"a data: URL of {len(url)} characters is over the {MAX_IMAGE_DATA_URL_BYTES} byte bound"
@@ -178,31 +206,17 @@ def image_url_problem(url: str) -> str | None:
         return f"an https:// image URL may have at most {MAX_IMAGE_HTTPS_URL_CHARS} characters"
     if any(ord(char) <= 32 or char == "\\" for char in url):
         return "an image URL must not hold whitespace, control characters or backslashes"
-    try:
-        parts = urllib.parse.urlsplit(url)
-        host = parts.hostname or ""
-        parts.port  # noqa: B018 - raises ValueError on a malformed port
-    except ValueError as exc:
-        return f"a malformed image URL: {exc}"
-    if "@" in parts.netloc:
+    authority = re.split(r"[/?#]", url[len("https://") :], maxsplit=1)[0]
+    if "@" in authority:
         return "an image URL must not hold user-info (user@host)"
-    if not host:
+    if not authority:
         return "an https:// image URL needs a host"
-    name = host.rstrip(".")
-    if name == "localhost" or name.endswith(".localhost"):
-        return "an image URL must not name localhost"
-    try:
-        address = ipaddress.ip_address(host)
-    except ValueError:
-        # inet_aton's other spellings of an address (2130706433, 0x7f.1, 127.1) resolve too: no real
-        # host name ends in a numeric label.
-        last = name.rsplit(".", 1)[-1]
-        if not last or last.isdigit() or last.startswith("0x"):
-            return f"an image URL must name a host by name or a public IP address, not {host!r}"
-        return None
-    if not address.is_global or address.is_multicast:
-        return f"an image URL must not name a non-public address ({host})"
-    return None
+    parts = _IMAGE_AUTHORITY.fullmatch(authority)
+    if parts is None:
+        return f"an image URL's host must be a plain ASCII DNS name, not {authority[:100]!r}"
+    if parts["port"] is not None and parts["port"] != "443":
+        return "an image URL may name no port but 443"
+    return image_host_problem(parts["host"])
 
 
 def _check_part(part: Any) -> None:
