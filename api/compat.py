@@ -8,7 +8,8 @@ one sample per request (with several URLs the batch is split, so a server can al
 turned into a tensor and logged, so it must be numeric). `query` is the decoded prompt + response with special
 tokens kept; `prompts` is the prompt text. When the prompt is longer than `max_len` leaves room for, OpenRLHF
 keeps its last tokens (`prompt_token_ids[-max_prompt_length:]`), so `query` no longer starts with `prompts[i]`:
-the response then follows the end of the prompt that `query` starts with (a BOS token may come first), else
+the response then follows the end of the prompt that `query` starts with (a BOS token may come first; it is
+searched from the query's start, so nothing the response writes can hide it), else
 the prompt's first full occurrence, else its final assistant header; when none locates it the item fails
 (`verifier_error`, reason `prompt_mismatch`, under on_failure) and the whole query, prompt included, is never
 scored (`proctor.adapters.labels.strip_prompt`).
@@ -45,6 +46,7 @@ retried for about 2.5 minutes and then crash the rollout. `proctor.adapters.slim
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from fastapi import APIRouter, Depends, Query
@@ -149,6 +151,34 @@ def label_error(exc: RequestError, label_field: str, structured: bool) -> Reques
     return RequestError(exc.status, f"{label_field}: {exc.message}", full)
 
 
+def openrlhf_items(
+    body: OpenRLHFRequest, default_verifier: str, end_tokens: tuple[str, ...]
+) -> tuple[list[dict[str, Any]], list[bool], dict[int, Score]]:
+    """The score requests of OpenRLHF's items, whether each label named its verifier, and the failed items.
+
+    An item whose response strip_prompt cannot locate is failed (prompt_mismatch), not scored; its label is
+    still checked, so a bad one is its 4xx as for any other item.
+    """
+    requests: list[dict[str, Any]] = []
+    structured: list[bool] = []
+    mismatched: dict[int, Score] = {}
+    for index, (query, prompt, label) in enumerate(zip(body.query, body.prompts, body.labels, strict=True)):
+        try:
+            response = strip_prompt(query, prompt)
+        except PromptMismatch:
+            request, named = compat_request(label, "", default_verifier, f"labels.{index}")
+            try:
+                item = prepare(request, end_tokens=end_tokens)
+            except RequestError as exc:
+                raise label_error(exc, f"labels.{index}", named) from None
+            mismatched[index] = prompt_mismatch_score(item.spec.qualified_name, index)
+            continue
+        request, named = compat_request(label, response, default_verifier, f"labels.{index}")
+        requests.append({**request, "id": index})
+        structured.append(named)
+    return requests, structured, mismatched
+
+
 @router.post(
     "/openrlhf/get_reward",
     response_model=OpenRLHFResponse,
@@ -179,23 +209,16 @@ async def openrlhf_get_reward(
             "query",
         )
     engine = state.require_engine()
-    requests: list[dict[str, Any]] = []
-    structured: list[bool] = []
-    mismatched: dict[int, Score] = {}  # items whose response is not found in the query: failed, not scored
-    for index, (query, prompt, label) in enumerate(zip(body.query, body.prompts, body.labels, strict=True)):
-        try:
-            response = strip_prompt(query, prompt)
-        except PromptMismatch:
-            request, named = compat_request(label, "", state.settings.default_verifier, f"labels.{index}")
-            try:  # a bad label is still a 4xx, as for any other item
-                item = prepare(request, end_tokens=engine.settings.end_token_list)
-            except RequestError as exc:
-                raise label_error(exc, f"labels.{index}", named) from None
-            mismatched[index] = prompt_mismatch_score(item.spec.qualified_name, index)
-            continue
-        request, named = compat_request(label, response, state.settings.default_verifier, f"labels.{index}")
-        requests.append({**request, "id": index})
-        structured.append(named)
+    # Finding each response in its query (strip_prompt), reading the labels and preparing the items that
+    # fail run on a thread once the text is past inline_max_chars, so one big body never stalls the event loop.
+    size = sum(map(len, body.query)) + sum(map(len, body.prompts))
+    size += sum(len(label) for label in body.labels if isinstance(label, str))
+    args = (body, state.settings.default_verifier, engine.settings.end_token_list)
+    requests, structured, mismatched = (
+        openrlhf_items(*args)
+        if size <= engine.settings.inline_max_chars
+        else await asyncio.to_thread(openrlhf_items, *args)
+    )
     results: list[Any] = []
     if requests:
         async with state.admission.slot():

@@ -543,6 +543,121 @@ def test_strip_prompt_on_repetitive_text_is_bounded() -> None:
     assert time.process_time() - started < 2
 
 
+def test_strip_prompt_work_is_bounded_whatever_the_query_repeats(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The red team's body: rule 4 sliced the query once per occurrence of the header (17.6 s for 4 MB, on the
+    # event loop). Every rule now checks at most PROMPT_TRIES occurrences, each compared in place.
+    import contextlib
+    import time
+
+    from proctor.adapters import labels
+
+    calls = 0
+    real = labels._ends_with
+
+    def counted(*args: object) -> bool:
+        nonlocal calls
+        calls += 1
+        return real(*args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(labels, "_ends_with", counted)
+    periodic = "ab" * 2_000_000
+    cases = [
+        ("Q" * 20 + " Assistant:" + "Assistant:" * 400_000, "Z" * 20 + " Assistant:"),
+        (periodic[7:] + "ab" * 1_000_000 + "X", periodic),
+        ("zz" * 20 + periodic[1:] + "X", periodic),
+        ("x" * 20 + "Final answer: 1234" * 250_000, "y" * 4_000_000 + "Final answer: 1234"),
+        ("<|im_start|>assistant\n" * 200_000, "q<|im_end|>\n<|im_start|>assistant\n"),
+    ]
+    started = time.process_time()
+    for query, prompt in cases:
+        calls = 0
+        with contextlib.suppress(PromptMismatch):
+            labels.strip_prompt(query, prompt)
+        assert calls <= 2 * labels.PROMPT_TRIES, (prompt[:30], calls)
+    assert time.process_time() - started < 2  # generous: linear scans of ~4 MB strings
+
+
+RUN_ON_PROMPT = "Solve the problem below.\n" + "context line\n" * 200 + "Final answer:"
+
+
+def test_strip_prompt_a_response_cannot_hide_a_left_truncated_prompt() -> None:
+    # The red team's case: the response repeated the prompt's last 16 characters more than PROMPT_TRIES times,
+    # which pushed the prompt's own occurrence out of those checked from the end: prompt_mismatch (masked).
+    from proctor.adapters.labels import PROMPT_TRIES, strip_prompt
+
+    tail = RUN_ON_PROMPT[-16:]
+    for copies in (0, 70, 10 * PROMPT_TRIES):
+        response = (" " + tail) * copies + " 50"
+        assert strip_prompt(RUN_ON_PROMPT[1500:] + response, RUN_ON_PROMPT) == response, copies
+        assert strip_prompt("\ufffd" + RUN_ON_PROMPT[-40:] + response, RUN_ON_PROMPT) == response, copies
+
+
+LLAMA_PROMPT = (
+    "<|start_header_id|>user<|end_header_id|>\n\nWhat is 6*7? Not 41.<|eot_id|>"
+    "<|start_header_id|>assistant<|end_header_id|>\n\n"
+)
+
+
+def property_responses(prompt: str, seed: int) -> list[str]:
+    """Responses that copy what could be taken for the prompt's end: its tail, all of it, headers, BOS tokens."""
+    import random
+
+    tail = prompt[-16:]
+    pieces = [
+        " 42",
+        tail,
+        " " + tail,
+        prompt,
+        prompt[5:],
+        prompt[-40:],
+        prompt[-17:],
+        prompt[-15:],
+        prompt[-1:],
+        "<|im_start|>assistant\n",
+        "<|start_header_id|>assistant<|end_header_id|>\n\n",
+        "Assistant:",
+        "Answer:",
+        "<s>",
+        "<|begin_of_text|>",
+        "\ufffd",
+        "\n",
+    ]
+    rng = random.Random(seed)
+    fixed = ["", " 42", (" " + tail) * 70 + " 50", tail * 100, prompt + " 42", prompt * 3]
+    return fixed + ["".join(rng.choice(pieces) for _ in range(rng.randint(1, 8))) for _ in range(40)]
+
+
+@pytest.mark.parametrize(
+    ("prompt", "once"),
+    [
+        (PLAIN_PROMPT, True),
+        (RUN_ON_PROMPT, True),
+        (RED_TEAM_PROMPT, True),
+        (LLAMA_PROMPT, False),
+        (CHATML, False),
+    ],
+)
+def test_strip_prompt_locates_any_response_after_a_left_truncated_prompt(prompt: str, once: bool) -> None:
+    # query = [BOS, cut character] + prompt[k:] + response. When the prompt's last 16 characters occur once
+    # in it, the response is located exactly, whatever it writes. When they recur (CHATML's two assistant
+    # turns, Llama 3's two `<|end_header_id|>\n\n`), the prompt is still always found, and at worst the start of a response that continues the
+    # prompt is read as prompt: the text scored is always the response or its end, never prompt text.
+    from proctor.adapters.labels import strip_prompt
+
+    assert once == (prompt.find(prompt[-16:]) == len(prompt) - 16)
+    for keep in sorted(
+        k for k in {16, 17, 20, 31, 40, 60, len(prompt) // 2, len(prompt)} if k <= len(prompt)
+    ):
+        for lead in ("", "\ufffd", "\ufffd\ufffd", "<s>", "<|begin_of_text|>\ufffd"):
+            for response in property_responses(prompt, keep):
+                query = lead + prompt[len(prompt) - keep :] + response
+                found = strip_prompt(query, prompt)  # never PromptMismatch
+                if once:
+                    assert found == response, (keep, lead, response)
+                else:
+                    assert response.endswith(found), (keep, lead, response)
+
+
 @pytest.mark.parametrize("where", ["http", "in_process"])
 def test_openrlhf_reward_func_fails_a_query_whose_prompt_is_not_found(
     where: str, live_server: str, in_process: Engine, monkeypatch: pytest.MonkeyPatch

@@ -375,3 +375,54 @@ def test_openrlhf_left_truncation_with_earlier_assistant_turns(live_server: str)
     assert openrlhf_post(live_server, query, prompt, label).json()["rewards"] == [1.0]
     # (A response that writes the header itself: tests/test_adapters.py, at the level of strip_prompt, since
     # the service also cuts a run-on turn at its end-of-turn token.)
+
+
+async def test_openrlhf_large_body_is_read_off_the_event_loop(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The red team's 4 MB body stalled every other request for 17.6 s: strip_prompt ran on the event loop
+    # and rule 4 sliced the query once per header. Past inline_max_chars it runs on a thread, in bounded work.
+    import threading
+    import time
+
+    from proctor.api import compat
+    from proctor.api.app import create_app
+    from proctor.settings import Settings
+
+    threads: list[str] = []
+    real_strip = compat.strip_prompt
+
+    def recording_strip(query: str, prompt: str) -> str:
+        threads.append(threading.current_thread().name)
+        return real_strip(query, prompt)
+
+    monkeypatch.setattr(compat, "strip_prompt", recording_strip)
+    app = create_app(Settings(pool_workers=1, cache_size=0, inline_max_chars=100_000))
+    transport = httpx.ASGITransport(app=app)
+    async with (
+        app.router.lifespan_context(app),
+        httpx.AsyncClient(transport=transport, base_url="http://t", timeout=60) as client,
+    ):
+        small = {"query": ["Q: 2+2? A: 4"], "prompts": ["Q: 2+2? A:"], "labels": ["4"]}
+        assert (await client.post(OPENRLHF, json=small)).json()["rewards"] == [1.0]
+        large = {
+            "query": ["Q" * 20 + " Assistant:" + "Assistant:" * 400_000],
+            "prompts": ["Z" * 20 + " Assistant:"],
+            "labels": ["4"],
+        }
+        started = time.process_time()
+        answer = await client.post(OPENRLHF, json=large)
+        assert answer.status_code == 200, answer.text
+        assert time.process_time() - started < 5  # generous: was 17.6 s
+    loop_thread = threading.main_thread().name
+    assert threads[0] == loop_thread and threads[1] != loop_thread, threads
+
+
+def test_openrlhf_response_repeating_the_prompt_end_is_scored_not_masked(live_server: str) -> None:
+    # A left-truncated prompt whose response repeats the prompt's last 16 characters 70 times: that pushed
+    # the prompt's own end out of the occurrences checked, and the item failed (masked under on_failure=none)
+    # instead of scoring its wrong answer 0.
+    prompt = "Solve the problem below.\n" + "context line\n" * 200 + "Final answer:"
+    response = (" " + prompt[-16:]) * 70 + " 50"
+    body = {"query": [prompt[1500:] + response], "prompts": [prompt], "labels": ["42"]}
+    result = post(live_server, OPENRLHF, body, on_failure="none").json()
+    assert result["rewards"] == result["scores"] == [0.0], result
+    assert result["extra_logs"]["proctor_status_ok"] == [1.0]

@@ -122,7 +122,9 @@ PROMPT_TAIL = 16
 """How many of the prompt's last characters locate a left-truncated prompt in the query (a search key)."""
 
 PROMPT_TRIES = 64
-"""How many occurrences of that key are checked, from the last one back (bounds the work on repetitive text)."""
+"""How many occurrences of a search key (the prompt's tail, its final assistant header) are checked, counted
+from the query's start; this bounds the work on repetitive text. The model's copies of a key all come after
+the prompt's own occurrence, so a response can never crowd that one out of the checked set."""
 
 PROMPT_MISMATCH = (
     "the query neither starts with its prompt, nor with the end of it (left truncation, a BOS token), nor holds "
@@ -156,25 +158,68 @@ def final_assistant_header(prompt: str) -> str | None:
     return prompt[start:] if start >= 0 else None
 
 
+def _ends_with(text: str, query: str, start: int, end: int) -> bool:
+    """Whether `query[start:end]` is the end of `text`, compared in place.
+
+    The lengths first, then up to PROMPT_TAIL characters at either end of the span, and only then the whole
+    span, once (the one copy made is of `text`'s end, of the span's length).
+    """
+    length = end - start
+    if length <= 0:
+        return length == 0
+    if length > len(text):
+        return False
+    offset = len(text) - length
+    edge = min(length, PROMPT_TAIL)
+    return (
+        query.startswith(text[len(text) - edge :], end - edge, end)
+        and query.startswith(text[offset : offset + edge], start, end)
+        and query.startswith(text[offset:] if offset else text, start, end)
+    )
+
+
 def _after_prompt_suffix(query: str, prompt: str) -> int | None:
     """Where the response starts when the query begins with the end of the prompt, else None.
 
     The query is `prompt[k:] + response` (left truncation), maybe after a BOS token and up to CUT_SLACK other
-    characters (a token cut in two decodes to U+FFFD). The prompt's last PROMPT_TAIL characters are searched
-    in the query, last occurrence first, and an occurrence counts when everything from the query's start (those
-    lead characters aside) up to it is the end of the prompt: the first that counts ends the longest such part.
+    characters (a token cut in two decodes to U+FFFD). An occurrence of the prompt's last PROMPT_TAIL
+    characters in the query counts when everything from the query's start (those lead characters aside) up
+    to it is the end of the prompt (`_ends_with`). Occurrences are checked from the query's start, at most
+    PROMPT_TRIES of them: the prompt's own comes before anything the response writes, so a response can
+    neither hide it nor come before it, and whether the prompt is found never depends on the response.
+
+    When the prompt's tail occurs only once in the prompt, the first occurrence that counts is exactly where
+    the prompt ends. When it recurs (a periodic prompt such as `"ab" * n`, repeated turns), where the prompt
+    ends can be ambiguous, and the latest occurrence that counts is taken, of those checked from the start
+    and of PROMPT_TRIES more checked from the end back: text at the response's start that merely continues
+    the prompt's repetition is then read as the prompt's, but no prompt text is read as the response (unless
+    what is left of the prompt holds more than PROMPT_TRIES occurrences of its tail).
     """
     lead = CUT_SLACK + max((len(bos) for bos in BOS_TOKENS if query.startswith(bos)), default=0)
     tail = prompt[-PROMPT_TAIL:]
-    position = query.rfind(tail, 0, len(prompt) + lead)
+    limit = len(prompt) + lead  # the prompt (and the lead) ends by here
+    repeats = prompt.find(tail) < len(prompt) - len(tail)
+    found: int | None = None
+    position = query.find(tail, 0, limit)
     for _ in range(PROMPT_TRIES):
         if position < 0:
-            return None
-        end = position + len(tail)
-        if prompt.endswith(query[min(lead, position) : end]):
-            return end
-        position = query.rfind(tail, 0, end - 1)
-    return None
+            break
+        if _ends_with(prompt, query, min(lead, position), position + len(tail)):
+            found = position + len(tail)
+            if not repeats:
+                return found
+        position = query.find(tail, position + 1, limit)
+    if found is None:
+        return None
+    floor = found - len(tail) + 1  # only occurrences that end after the latest one that counts so far
+    position = query.rfind(tail, floor, limit)
+    for _ in range(PROMPT_TRIES):
+        if position < 0:
+            break
+        if _ends_with(prompt, query, min(lead, position), position + len(tail)):
+            return position + len(tail)
+        position = query.rfind(tail, floor, position + len(tail) - 1)
+    return found
 
 
 def strip_prompt(query: str, prompt: str) -> str:
@@ -182,16 +227,20 @@ def strip_prompt(query: str, prompt: str) -> str:
 
     1. The query starts with the prompt (or the prompt is empty): the rest of it.
     2. It starts with the end of the prompt instead (the trainer cut the prompt's tokens on the left to fit
-       `max_len`; a BOS token and a broken first character may come before): what follows the longest such
-       end of the prompt (`_after_prompt_suffix`).
+       `max_len`; a BOS token and a broken first character may come before): what follows that end of the
+       prompt (`_after_prompt_suffix`, searched from the query's start, so a response cannot hide it).
     3. It holds the whole prompt later on (a BOS token added at decode): what follows its first occurrence.
-    4. The response follows the last occurrence of the prompt's final assistant header (final_assistant_header)
-       in the query whose preceding text is the end of the prompt before that header (the query's first
-       CUT_SLACK characters may differ: that is where the tokens were cut). So a header the model wrote in
-       its own response (a run-on turn) is passed over, and so are the prompt's earlier assistant turns.
-       When no occurrence qualifies, the last occurrence.
+    4. The response follows the first occurrence of the prompt's final assistant header
+       (final_assistant_header) in the query, of the first PROMPT_TRIES, whose preceding text is the end of
+       the prompt before that header (the query's first CUT_SLACK characters may differ: that is where the
+       tokens were cut). So a header the model wrote in its own response (a run-on turn), which comes after
+       the prompt's, is passed over, and so are the prompt's earlier assistant turns. When no occurrence
+       qualifies, the last occurrence.
     5. None of these: PromptMismatch. The whole query is never scored, since it holds prompt text (a hint,
        the question's own numbers) that a verifier would read as the answer.
+
+    Every rule checks a bounded number of occurrences, each compared in place (`_ends_with`), so the work is
+    a bounded multiple of the query's length whatever it repeats.
     """
     if not prompt or query.startswith(prompt):
         return query[len(prompt) :]
@@ -202,13 +251,14 @@ def strip_prompt(query: str, prompt: str) -> str:
     if found >= 0:
         return query[found + len(prompt) :]
     header = final_assistant_header(prompt)
-    if not header or header not in query:
+    position = query.find(header) if header else -1
+    if not header or position < 0:
         raise PromptMismatch(PROMPT_MISMATCH)
     before = prompt[: len(prompt) - len(header)]
-    position = query.rfind(header)
-    last = position
-    while position >= 0:
-        if before.endswith(query[min(position, CUT_SLACK) : position]):
+    for _ in range(PROMPT_TRIES):
+        if position < 0:
+            break
+        if _ends_with(before, query, min(position, CUT_SLACK), position):
             return query[position + len(header) :]
-        position = query.rfind(header, 0, position)
-    return query[last + len(header) :]
+        position = query.find(header, position + 1)
+    return query[query.rfind(header) + len(header) :]
