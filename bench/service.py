@@ -15,14 +15,16 @@ import datetime as dt
 import os
 import platform
 import random
-import socket
 import statistics
-import subprocess
-import sys
 import time
 
 import httpx
-from common import ROOT, append_results, git_commit  # bench/common.py: the script's folder is on sys.path
+from common import (  # bench/common.py: the script's folder is on sys.path
+    append_results,
+    free_port,
+    git_commit,
+    start_server,
+)
 
 
 def make_items(n: int, seed: int = 0) -> list[dict]:
@@ -52,27 +54,14 @@ def make_items(n: int, seed: int = 0) -> list[dict]:
     return items
 
 
-def free_port() -> int:
-    """A free TCP port on loopback."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def start_server(port: int) -> subprocess.Popen:
-    """Start `python -m proctor.api` with the cache off and wait until /healthz answers."""
-    env = {**os.environ, "PROCTOR_PORT": str(port), "PROCTOR_CACHE_SIZE": "0", "PROCTOR_LOG_LEVEL": "warning"}
-    env["PROCTOR_MAX_CONCURRENCY"] = "256"
-    server = subprocess.Popen([sys.executable, "-m", "proctor.api"], cwd=ROOT, env=env)
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200:
-                return server
-        except httpx.HTTPError:
-            time.sleep(0.2)
-    server.kill()
-    raise SystemExit("bench: the server did not come up")
+def server_env() -> dict[str, str]:
+    """The environment plus the cache off, quiet logs and room for 256 requests at once."""
+    return {
+        **os.environ,
+        "PROCTOR_CACHE_SIZE": "0",
+        "PROCTOR_LOG_LEVEL": "warning",
+        "PROCTOR_MAX_CONCURRENCY": "256",
+    }
 
 
 def bench_in_process(items: list[dict]) -> tuple[float, list[float]]:
@@ -181,7 +170,7 @@ def main() -> None:
     load_before = os.getloadavg()[0]
     in_rate, in_rewards = bench_in_process(items)
     port = free_port()
-    server = start_server(port)
+    server = start_server(port, server_env())
     base = f"http://127.0.0.1:{port}"
     try:
         http_rate, http_rewards, http_errors = bench_http_batch(base, items, args.chunk)

@@ -23,9 +23,7 @@ import json
 import logging
 import os
 import platform
-import socket
 import statistics
-import subprocess
 import sys
 import threading
 import time
@@ -35,12 +33,20 @@ from pathlib import Path
 from types import ModuleType
 
 import httpx
-from common import ROOT, append_results, git_commit  # bench/common.py: the script's folder is on sys.path
+from common import (  # bench/common.py: the script's folder is on sys.path
+    append_results,
+    free_port,
+    git_commit,
+    start_server,
+)
+
+from proctor.settings import Settings
 
 VERL_VERSION = "0.9.1"  # the Makefile's VERL_VERSION
 REWARD_WORKERS = 8  # verl's reward.num_workers default
 MAX_CONCURRENT = 64  # verl's sandbox_fusion.max_concurrent default
 DEADLINE_S = 540.0  # the whole run's bound
+QUEUE_WAIT_S = Settings.model_fields["run_code_queue_wait_s"].default  # the server runs with the defaults
 
 # (right, wrong, runtime error) programs for three problems; each problem's two tests.
 PROBLEMS = [
@@ -100,26 +106,10 @@ class TimedSemaphore(threading.Semaphore):
         super().__exit__(*exc)
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def start_server(port: int) -> subprocess.Popen:
-    """One server with default settings (nothing PROCTOR_* from outside but the port and log level)."""
+def server_env() -> dict[str, str]:
+    """Default settings: nothing PROCTOR_* from outside but the log level."""
     env = {key: value for key, value in os.environ.items() if not key.startswith("PROCTOR_")}
-    env.update(PROCTOR_PORT=str(port), PROCTOR_LOG_LEVEL="warning")
-    server = subprocess.Popen([sys.executable, "-m", "proctor.api"], cwd=ROOT, env=env)
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=2).status_code == 200:
-                return server
-        except httpx.HTTPError:
-            time.sleep(0.2)
-    server.kill()
-    raise SystemExit("the server did not start")
+    return {**env, "PROCTOR_LOG_LEVEL": "warning"}
 
 
 def metric(text: str, name: str, **labels: str) -> float:
@@ -146,7 +136,7 @@ def main() -> None:
     # verl logs one warning per 504 it retries; they are counted in the report instead.
     logging.getLogger("verl_sandbox_fusion").setLevel(logging.ERROR)
     port = free_port()
-    server = start_server(port)
+    server = start_server(port, server_env())
     url = f"http://127.0.0.1:{port}/run_code"
     case_latencies: list[float] = []
     semaphores = [TimedSemaphore(MAX_CONCURRENT, case_latencies) for _ in range(REWARD_WORKERS)]
@@ -213,7 +203,7 @@ def main() -> None:
 verl {VERL_VERSION}'s own `sandbox_fusion.compute_score` (its `call_sandbox_api`: 3 attempts, only 504 retried, after
 1 s then 2 s; request time-out compile + run + 10 s = 30 s), {REWARD_WORKERS} reward workers x {MAX_CONCURRENT}
 (`sandbox_fusion.max_concurrent`) = 512 requests in flight (most held in the server at once: {most_in_server[0]}), against one server with
-default settings ({pool["workers"]} sandbox workers, queue {pool["queue"]}, `PROCTOR_RUN_CODE_QUEUE_WAIT_S` 8) on
+default settings ({pool["workers"]} sandbox workers, queue {pool["queue"]}, `PROCTOR_RUN_CODE_QUEUE_WAIT_S` {QUEUE_WAIT_S:g}) on
 {platform.machine()}, {os.cpu_count()} cores, nsjail. {len(results)} Python completions x 2 tests = {cases} test cases,
 half right, half wrong (wrong answer or runtime error). Reproduce with `python bench/verl_sandbox.py`.
 
@@ -226,7 +216,7 @@ half right, half wrong (wrong answer or runtime error). Reproduce with `python b
 | /run_code answered 200 | {requests_ok:.0f} |
 | /run_code answered 504 (retried by verl) | {answered_504:.0f} |
 | one test case's call_sandbox_api (its requests, 504 retries and sleeps included), p50 | {statistics.median(case_latencies):.2f} s |
-| same, p99 (verl gives up at 3 x 8 s wait + 3 s of sleeps = 27 s) | {percentile(case_latencies, 0.99):.2f} s |
+| same, p99 (verl gives up at 3 x {QUEUE_WAIT_S:g} s wait + 3 s of sleeps = {3 * QUEUE_WAIT_S + 3:g} s) | {percentile(case_latencies, 0.99):.2f} s |
 | same, max | {max(case_latencies):.2f} s |
 | one completion's compute_score (2 test cases, waits for verl's semaphore included), p50 | {statistics.median(latencies):.2f} s |
 | same, p99 | {percentile(latencies, 0.99):.2f} s |
