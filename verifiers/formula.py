@@ -13,9 +13,9 @@ ranges, naming the first sub-expression whose arguments can reach a point where 
 a range holding 0, log/sqrt out of domain, a possibly negative base to a possibly fractional power, overflow,
 wrong arguments). It is conservative: an interval cannot hold a hole, so some formulas that never fail are
 refused (`1 / (length - 7) if length != 7 else 0`); in `a if c else b` a comparison of a variable narrows its
-range in each branch. `unevaluable(formula, points)` finds a probe point where a formula has no value, and
-`corner_points` builds such points. `multi` and the graders refuse a formula that fails either check with a
-422 at request time, so a validated formula cannot fail at scoring time.
+range in each branch. `multi` and the graders refuse a formula that fails it with a 422 at request time, so
+a validated formula cannot fail at scoring time (probing points as well would add nothing: the check is sound,
+which tests/test_formula_domain.py checks by brute force).
 
 Functions: min, max, abs, floor, ceil, round, exp, log, sqrt, clip(x, lo, hi), and the length-shaping
 presets:
@@ -32,7 +32,7 @@ from __future__ import annotations
 import ast
 import math
 import operator
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 MAX_CHARS = 2_000
@@ -246,50 +246,6 @@ class Formula:
             kwargs = {keyword.arg: self._eval(keyword.value, env) for keyword in node.keywords}
             return FUNCTIONS[node.func.id](*args, **kwargs)
         raise FormulaError(f"{type(node).__name__} is not allowed in a formula")  # unreachable after _check
-
-
-def corner_points(
-    ranges: Mapping[str, tuple[float, float]],
-    sweeps: Mapping[str, Sequence[float]] | None = None,
-    fixed: Mapping[str, float] | None = None,
-) -> Iterator[dict[str, float]]:
-    """Points that probe a formula over its variables' ranges.
-
-    The ranged variables (component rewards) all at their low, middle and high values together, and each one
-    alone at its low with the others high and at its high with the others low; crossed with every value of
-    each swept variable (a response's length from 0 to the longest possible); `fixed` variables keep their value.
-    """
-    names = list(ranges)
-    vectors: list[dict[str, float]] = [
-        {name: ranges[name][0] for name in names},
-        {name: ranges[name][1] for name in names},
-        {name: (ranges[name][0] + ranges[name][1]) / 2 for name in names},
-    ]
-    for name in names:
-        vectors.append({other: ranges[other][1] for other in names} | {name: ranges[name][0]})
-        vectors.append({other: ranges[other][0] for other in names} | {name: ranges[name][1]})
-    crossed: list[dict[str, float]] = [dict(fixed or {})]
-    for name, values in (sweeps or {}).items():
-        crossed = [point | {name: value} for point in crossed for value in values]
-    seen: set[tuple[tuple[str, float], ...]] = set()
-    for vector in vectors:
-        for extra in crossed:
-            point = vector | extra
-            key = tuple(sorted(point.items()))
-            if key not in seen:
-                seen.add(key)
-                yield point
-
-
-def unevaluable(formula: Formula, points: Iterable[dict[str, float]]) -> str | None:
-    """Why the formula has no value at the first point where it has none (naming the point), or None."""
-    for point in points:
-        try:
-            formula.evaluate(point)
-        except FormulaError as exc:
-            where = ", ".join(f"{name}={value:g}" for name, value in point.items() if name in formula.names)
-            return f"{exc} (at {where or 'any values'})"
-    return None
 
 
 # -- the sound domain check: interval arithmetic ---------------------------------------------------------------

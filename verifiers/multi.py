@@ -38,14 +38,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from proctor.contract import RequestError, Status, Verdict
 from proctor.registry import BaseOptions, Example, VerifierSpec, register_verifier
-from proctor.verifiers.formula import (
-    Formula,
-    FormulaError,
-    Interval,
-    corner_points,
-    domain_problem,
-    unevaluable,
-)
+from proctor.verifiers.formula import Formula, FormulaError, Interval, domain_problem
 
 MAX_COMPONENTS = 16
 LENGTH_VARIABLES = frozenset({"length", "max_length", "cache_length"})
@@ -159,22 +152,6 @@ def max_words() -> int:
     return (get_settings().max_body_bytes + 1) // 2
 
 
-def length_sweep(top: int, max_length: float | None, cache_length: float | None) -> list[float]:
-    """Lengths from 0 to `top`: small ones, every 1-3-10 step, and either side of the length budget's edges."""
-    values: set[float] = {0.0, 1.0, 2.0, 3.0, 5.0, float(top)}
-    step = 10
-    while step < top:
-        values.update((float(step), float(3 * step)))
-        step *= 10
-    for edge in (
-        max_length,
-        None if max_length is None or cache_length is None else max_length - cache_length,
-    ):
-        if edge is not None:
-            values.update((edge - 1, edge, edge + 1))
-    return sorted(value for value in values if 0 <= value <= top)
-
-
 @lru_cache(maxsize=1024)
 def check_ranges(
     expression: str,
@@ -184,13 +161,13 @@ def check_ranges(
     cache_length: float | None,
     top: int,
 ) -> str | None:
-    """Why the formula may have no value somewhere over its variables' ranges (naming the sub-expression or the
-    point), or None.
+    """Why the formula may have no value somewhere over its variables' ranges (naming the sub-expression), or
+    None.
 
     Component rewards range over [0, 1]; `length` is the reference's value when it gives one, else any whole
     word count a response within the body limit can have (0 to `top`); max_length/cache_length are constants.
-    First the sound check, interval arithmetic over those ranges (`formula.domain_problem`: conservative, it
-    may refuse a formula that never actually fails), then the formula is evaluated at probe points as well.
+    The check is interval arithmetic over those ranges (`formula.domain_problem`: sound, and conservative, so
+    it may refuse a formula that never actually fails).
     """
     fixed = {
         name: value
@@ -207,10 +184,7 @@ def check_ranges(
         + ([f"length a whole number in [0, {top}]"] if "length" in formula.names and length is None else [])
     )
     problem = domain_problem(formula, ranges)
-    if problem is not None:
-        return f"{problem} (for {where or 'any values'})"
-    sweeps = {} if length is not None else {"length": length_sweep(top, max_length, cache_length)}
-    return unevaluable(formula, corner_points(dict.fromkeys(components, (0.0, 1.0)), sweeps, fixed))
+    return None if problem is None else f"{problem} (for {where or 'any values'})"
 
 
 def _check_component(name: str, component: Component) -> None:

@@ -45,6 +45,7 @@ import math
 import re
 import secrets
 import time
+from functools import lru_cache
 from typing import Annotated, Any, Literal
 
 from pydantic import (
@@ -63,14 +64,7 @@ from proctor.registry import BaseOptions, Example, VerifierSpec, register_verifi
 from proctor.sandboxes.backends import resolve_backend
 from proctor.sandboxes.job import Command, File, Job, RunLimits, RunVerdict
 from proctor.settings import get_settings
-from proctor.verifiers.formula import (
-    Formula,
-    FormulaError,
-    Interval,
-    corner_points,
-    domain_problem,
-    unevaluable,
-)
+from proctor.verifiers.formula import Formula, FormulaError, Interval, domain_problem
 from proctor.verifiers.judge import parse
 from proctor.verifiers.judge.client import JudgeError, Sampling, complete, judge_config
 from proctor.verifiers.judge.common import check_judge_url
@@ -340,6 +334,22 @@ SimpleGrader = Annotated[
 ]
 
 
+@lru_cache(maxsize=1024)
+def formula_problem(expression: str, ranges: tuple[tuple[str, float, float], ...]) -> str | None:
+    """Why a `calculate_output` is refused, or None: it does not parse, or it may have no value somewhere over
+    the sub-rewards' ranges (interval arithmetic, `formula.domain_problem`: sound, so a sample cannot pick its
+    way to a failing run later). Cached: a training run sends the same spec with every sample."""
+    try:
+        formula = Formula(expression, {name for name, _, _ in ranges})
+    except FormulaError as exc:
+        return f"calculate_output: {exc}"
+    problem = domain_problem(formula, {name: Interval(low, high) for name, low, high in ranges})
+    if problem is None:
+        return None
+    spans = ", ".join(f"{name} in [{low:g}, {high:g}]" for name, low, high in ranges)
+    return f"calculate_output {expression!r} cannot be evaluated over the sub-rewards' ranges ({spans}): {problem}"
+
+
 class MultiGrader(_Grader):
     """Named sub-graders combined by a `calculate_output` formula over their names."""
 
@@ -352,23 +362,12 @@ class MultiGrader(_Grader):
         for name in self.graders:
             if not name.isidentifier():
                 raise ValueError(f"grader name {name!r} must be an identifier to appear in calculate_output")
-        try:
-            formula = Formula(self.calculate_output, set(self.graders))
-        except FormulaError as exc:
-            raise ValueError(f"calculate_output: {exc}") from None
-        # A formula with no value somewhere over the sub-rewards' ranges would fail runs later (a sample could
-        # pick its way there), so it is refused now: first by interval arithmetic (sound, conservative), naming
-        # the sub-expression, then at probe points.
         ranges = self.sub_reward_ranges()
-        problem = domain_problem(formula, {name: Interval(*span) for name, span in ranges.items()})
-        if problem is None:
-            problem = unevaluable(formula, corner_points(ranges))
+        problem = formula_problem(
+            self.calculate_output, tuple((name, low, high) for name, (low, high) in ranges.items())
+        )
         if problem is not None:
-            spans = ", ".join(f"{name} in [{low:g}, {high:g}]" for name, (low, high) in ranges.items())
-            raise ValueError(
-                f"calculate_output {self.calculate_output!r} cannot be evaluated over the sub-rewards' ranges "
-                f"({spans}): {problem}"
-            )
+            raise ValueError(problem)
         return self
 
     def sub_reward_ranges(self) -> dict[str, tuple[float, float]]:
