@@ -149,14 +149,8 @@ class _Reward:
         self.__doc__ = f"Proctor reward: {self._scorer.verifier}, reference from column {self._scorer.reference_column!r}."
         self.proctor_verifier = self._scorer.verifier
 
-    def __getstate__(self) -> dict[str, Any]:
-        return {"scorer": self._scorer}  # settings only: clients are per process and re-created lazily
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self._scorer = state["scorer"]
-        self._describe()
-
     def __reduce__(self) -> tuple[Any, ...]:
+        # settings only (pickle and copy use this, never __getstate__): clients are per process, made lazily
         return (_restore, (type(self), self._scorer))
 
     def __repr__(self) -> str:
@@ -208,19 +202,10 @@ def reward_function(
     in_process: bool = False,
 ) -> ProctorReward:
     """An async TRL reward function scoring each batch with one Proctor call (server_url or $PROCTOR_URL)."""
-    return ProctorReward(
-        _scorer(
-            verifier,
-            reference_column,
-            server_url,
-            token,
-            options,
-            on_failure,
-            failure_value,
-            name,
-            in_process,
-        )
+    scorer = _scorer(
+        verifier, reference_column, server_url, token, options, on_failure, failure_value, name, in_process
     )
+    return ProctorReward(scorer)
 
 
 def reward_function_sync(
@@ -236,16 +221,7 @@ def reward_function_sync(
     in_process: bool = False,
 ) -> ProctorRewardSync:
     """The same reward function, synchronous, for TRL versions before 0.27 (no async reward functions)."""
-    return ProctorRewardSync(
-        _scorer(
-            verifier,
-            reference_column,
-            server_url,
-            token,
-            options,
-            on_failure,
-            failure_value,
-            name,
-            in_process,
-        )
+    scorer = _scorer(
+        verifier, reference_column, server_url, token, options, on_failure, failure_value, name, in_process
     )
+    return ProctorRewardSync(scorer)
