@@ -106,7 +106,7 @@ def _trailing(text: str, tokens: tuple[str, ...]) -> tuple[int, str | None]:
     longest token's length in the regex engine, whatever the number of tokens: linear in the text.
     """
     pattern = _trailing_pattern(tokens)
-    if pattern is None:
+    if pattern is None or not text.rstrip().endswith(tokens):  # `\s` is str.isspace: nothing to strip
         return len(text), None
     reverse, position, first = text[::-1], 0, None
     while True:
@@ -114,6 +114,14 @@ def _trailing(text: str, tokens: tuple[str, ...]) -> tuple[int, str | None]:
         if match is None or match.group(1) is None:
             return len(text) - position, first
         position, first = match.end(), match.group(1)[::-1]
+
+
+@lru_cache(maxsize=64)
+def _hard_tokens(tokens: tuple[str, ...]) -> tuple[tuple[str, ...], frozenset[str]]:
+    """The tokens that cut where they first occur (not markup-like), and their first characters: a text with
+    none of those characters needs no search per token (the built-in list: one scan for `<`)."""
+    hard = tuple(token for token in tokens if token and not is_markup(token))
+    return hard, frozenset(token[0] for token in hard)
 
 
 def strip_end_of_turn(text: str, tokens: tuple[str, ...] = END_OF_TURN_TOKENS) -> str:
@@ -131,9 +139,8 @@ def cut_end_of_turn(text: str, tokens: tuple[str, ...] = END_OF_TURN_TOKENS) -> 
     See the module's docstring for the rule; an empty `tokens` cuts nothing.
     """
     end, first = len(text), None
-    for token in tokens:
-        if not token or is_markup(token):
-            continue
+    hard, starts = _hard_tokens(tokens)
+    for token in hard if any(start in text for start in starts) else ():
         index = text.find(token, 0, end + len(token))
         if index != -1 and (index < end or (index == end and first is not None and len(token) > len(first))):
             end, first = index, token
