@@ -52,6 +52,7 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    PrivateAttr,
     TypeAdapter,
     ValidationError,
     field_validator,
@@ -981,6 +982,7 @@ class GraderReference(BaseModel):
 
     grader: dict[str, Any] = Field(description="One of OpenAI's grader specs (validated by the server).")
     item: Any = Field(default=None, description="The dataset item (the `item` namespace); default {}.")
+    _spec: Any = PrivateAttr(default=None)
 
     @model_validator(mode="after")
     def _valid(self) -> GraderReference:
@@ -991,6 +993,7 @@ class GraderReference(BaseModel):
             check_templates(spec)
             check_item_variables(spec, {} if self.item is None else self.item)
             check_image_urls(spec, {} if self.item is None else self.item)
+            self._spec = spec
         except RequestError as exc:
             # Not a ValueError, so pydantic lets it through: the 422 names the field inside the reference.
             field = f"reference.{exc.field}" if exc.field else "reference"
@@ -1000,8 +1003,8 @@ class GraderReference(BaseModel):
         return self
 
     def spec(self) -> Any:
-        """The validated grader spec."""
-        return parse_grader(self.grader)
+        """The validated grader spec (parsed once, when the reference was validated)."""
+        return self._spec if self._spec is not None else parse_grader(self.grader)
 
 
 def _failure_status(outcome: Outcome) -> Status:
