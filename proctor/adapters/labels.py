@@ -250,15 +250,28 @@ def strip_prompt(query: str, prompt: str) -> str:
     found = query.find(prompt)
     if found >= 0:
         return query[found + len(prompt) :]
+    end = _after_final_header(query, prompt)
+    if end is None:
+        raise PromptMismatch(PROMPT_MISMATCH)
+    return query[end:]
+
+
+def _after_final_header(query: str, prompt: str) -> int | None:
+    """Rule 4 of strip_prompt: where the response starts after the prompt's final assistant header, else None.
+
+    The first of the header's first PROMPT_TRIES occurrences that the end of the prompt before the header
+    precedes (CUT_SLACK characters of leeway at the query's start), else its last occurrence. The last can
+    be one the response wrote, which only moves the boundary into the response, never back into the prompt.
+    """
     header = final_assistant_header(prompt)
     position = query.find(header) if header else -1
     if not header or position < 0:
-        raise PromptMismatch(PROMPT_MISMATCH)
+        return None
     before = prompt[: len(prompt) - len(header)]
     for _ in range(PROMPT_TRIES):
         if position < 0:
             break
         if _ends_with(before, query, min(position, CUT_SLACK), position):
-            return query[position + len(header) :]
+            return position + len(header)
         position = query.find(header, position + 1)
-    return query[query.rfind(header) + len(header) :]
+    return query.rfind(header) + len(header)
