@@ -36,7 +36,8 @@ Failure policy in verl (`on_failure`, default `raise`):
   sample on 0.0 and logs `{"error", "acc"}` for it instead of the function's keys (verl then fails on the
   missing keys, or, when every item failed, trains on zeros): there a raise cannot stop the run, so a scoring
   failure is answered as `value` would answer it (`failure_value`, `failed=1.0`, the same keys as every other
-  item) and logged as an error.
+  item) and logged as an error. That sample is trained on `failure_value`, 0.0 unless set: under rate_limited a
+  machinery failure is a reward, never masked (verl has no mask there); watch the `failed` key's mean.
 - `none`: not available. verl writes the score straight into the reward tensor: None is a TypeError there
   and NaN spreads through the group's mean and std into every advantage of the batch. It is refused
   with a ValueError.
@@ -269,7 +270,7 @@ def _called_by_catching_manager(depth: int = 8) -> bool:
                 log.error(
                     "proctor verl: on_failure='raise' under verl's rate_limited reward manager, which catches "
                     "exceptions and trains on 0.0: scoring failures are answered as on_failure='value' instead "
-                    "(failure_value, failed=1.0); set on_failure='value' to say so"
+                    "(the sample is trained on failure_value, failed=1.0); set on_failure='value' to say so"
                 )
             return True
         frame = frame.f_back
