@@ -96,9 +96,18 @@ class _ReadDeadlines:
     flow: FlowControl
     cycle: Any
 
-    def _watch_flow(self) -> None:
-        """Replace uvicorn's flow control (made in connection_made, before any request) with a watched one."""
+    # Both protocols: this class comes first in their bases, so super() is uvicorn's protocol.
+    def connection_made(self, transport: asyncio.Transport) -> None:
+        """Watch uvicorn's flow control (made in connection_made, before any request); time the first headers."""
+        super().connection_made(transport)  # type: ignore[misc]
         self.flow = _WatchedFlow(self.transport, self)
+        self._arm_header_timer()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        """Drop the timers with the connection."""
+        self._disarm_header_timer()
+        self._stop_body_clock()
+        super().connection_lost(exc)  # type: ignore[misc]
 
     def _arm_header_timer(self) -> None:
         if self._header_timer is None:
@@ -191,12 +200,6 @@ class _ReadDeadlines:
 class HeaderTimeoutH11(_ReadDeadlines, H11Protocol):
     """h11's protocol with the read time-outs, on h11's view of the client's state."""
 
-    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-        """Start the clock for the first request's headers."""
-        super().connection_made(transport)
-        self._watch_flow()
-        self._arm_header_timer()
-
     def data_received(self, data: bytes) -> None:
         """Arm on the bytes of a new request; disarm once uvicorn has started its cycle; follow the body."""
         if self.conn.their_state is h11.IDLE:
@@ -222,12 +225,6 @@ class HeaderTimeoutH11(_ReadDeadlines, H11Protocol):
         else:
             self._stop_body_clock()
 
-    def connection_lost(self, exc: Exception | None) -> None:
-        """Drop the timers with the connection."""
-        self._disarm_header_timer()
-        self._stop_body_clock()
-        super().connection_lost(exc)
-
 
 HeaderTimeoutProtocol: Any = HeaderTimeoutH11
 
@@ -239,12 +236,6 @@ else:
 
     class HeaderTimeoutHttpTools(_ReadDeadlines, HttpToolsProtocol):
         """httptools' protocol with the read time-outs, on the parser's message callbacks."""
-
-        def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-            """Start the clock for the first request's headers."""
-            super().connection_made(transport)
-            self._watch_flow()
-            self._arm_header_timer()
 
         def data_received(self, data: bytes) -> None:
             """Count the bytes of a body being read."""
@@ -271,11 +262,5 @@ else:
 
         def _may_answer(self) -> bool:
             return not self.pipeline
-
-        def connection_lost(self, exc: Exception | None) -> None:
-            """Drop the timers with the connection."""
-            self._disarm_header_timer()
-            self._stop_body_clock()
-            super().connection_lost(exc)
 
     HeaderTimeoutProtocol = HeaderTimeoutHttpTools
