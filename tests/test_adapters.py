@@ -6,24 +6,20 @@ import inspect
 import json
 import math
 import os
-import sys
 from collections.abc import Iterator
-from pathlib import Path
 
 import httpx
 import numpy as np
 import pytest
 
-import proctor.engine
 from proctor.adapters import openrlhf, trl, verl
 from proctor.adapters.labels import PromptMismatch
 from proctor.client import ProctorRequestError
 from proctor.engine import Engine
 from proctor.policy import ScoringFailed
-from proctor.settings import Settings
+from tests.adapter_helpers import misbehaving_engine
 
 MISBEHAVE = "test.misbehave"
-REPO = str(Path(__file__).resolve().parents[1])
 VERL_KEYS = {"score", "acc", "failed", "status", "reason"}
 
 
@@ -40,16 +36,7 @@ def clean_config(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
 @pytest.fixture(scope="module")
 def in_process() -> Iterator[Engine]:
     """A fresh process-wide engine whose pool workers know test.misbehave."""
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("PROCTOR_PLUGINS", "tests.plugins.slow")
-        if REPO not in sys.path:
-            patch.syspath_prepend(REPO)
-        import tests.plugins.slow  # noqa: F401  registers test.misbehave in this process
-
-        engine = Engine(Settings(pool_workers=2, pool_memory_mb=1024))
-        patch.setattr(proctor.engine, "_default_engine", engine)
-        yield engine
-        engine.close()
+    yield from misbehaving_engine()
 
 
 def batch_calls(url: str) -> float:

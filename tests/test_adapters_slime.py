@@ -12,24 +12,19 @@ from __future__ import annotations
 
 import asyncio
 import importlib
-import sys
 import time
 from argparse import Namespace
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
-import proctor.engine
 from proctor.client import ProctorRequestError
 from proctor.engine import Engine
 from proctor.policy import ScoringFailed
-from proctor.settings import Settings
-
-REPO = str(Path(__file__).resolve().parents[1])
+from tests.adapter_helpers import misbehaving_engine
 
 MISBEHAVE = "test.misbehave"  # an exact match scores 1; "crash" is a verifier error; "sleep" times out
 
@@ -74,17 +69,8 @@ async def batched_async_rm(samples: list[Sample]) -> None:
 
 @pytest.fixture(scope="module")
 def in_process() -> Iterator[Engine]:
-    """A fresh process-wide engine whose pool workers know test.misbehave (as in test_adapters.py)."""
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("PROCTOR_PLUGINS", "tests.plugins.slow")
-        if REPO not in sys.path:
-            patch.syspath_prepend(REPO)
-        import tests.plugins.slow  # noqa: F401  registers test.misbehave in this process
-
-        engine = Engine(Settings(pool_workers=2, pool_memory_mb=1024))
-        patch.setattr(proctor.engine, "_default_engine", engine)
-        yield engine
-        engine.close()
+    """A fresh process-wide engine whose pool workers know test.misbehave."""
+    yield from misbehaving_engine()
 
 
 @pytest.fixture(params=["http", "in_process"])
