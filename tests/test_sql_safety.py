@@ -20,7 +20,7 @@ from proctor.contract import Status
 from proctor.registry import get_verifier
 from proctor.settings import get_settings
 from proctor.verifiers.sql.databases import Failure, content_hash, database_path, run_sqlite, staged
-from proctor.verifiers.sql.workers import Mounts, SqliteWorkers
+from proctor.verifiers.sql.workers import Mounts, SqliteWorkers, Worker
 from tests.sql_helpers import library_databases
 
 GOLD = "SELECT count(*) FROM book"
@@ -144,6 +144,29 @@ def test_a_stuck_worker_is_killed_at_the_wall_deadline_and_replaced(databases: P
         assert worker.proc.poll() is not None  # killed and reaped
         assert pool.run(mounts, "local", path, request)["rows"] == [[120]]
         assert pool.started == 2
+    finally:
+        pool.close()
+
+
+def test_a_stuck_worker_without_a_cpu_measure_is_a_wall_limit(
+    databases: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """Where the worker's CPU time cannot be read (nsjail without cgroups), silence is not the query's fault:
+    the host waits for the wall backstop (the worker stops a query at its CPU time itself) and answers
+    wall_limit, never time_limit after only the CPU limit's worth of wall time."""
+    monkeypatch.setattr(Worker, "cpu_s", lambda self: None)
+    pool = SqliteWorkers()
+    path = database_path("library")
+    mounts = Mounts((str(path.parent),))
+    request = {"sql": "SELECT count(*) FROM book", "timeout_s": 0.5, "max_rows": 10, "max_bytes": 1 << 20}
+    try:
+        assert pool.run(mounts, "local", path, request)["rows"] == [[120]]
+        worker = pool.idle[0]
+        os.kill(worker.proc.pid, signal.SIGSTOP)
+        started = time.monotonic()
+        reply = pool.run(mounts, "local", path, request)
+        assert reply["error"] == "wall_limit" and time.monotonic() - started < BOUND_S
+        assert worker.proc.poll() is not None
     finally:
         pool.close()
 
