@@ -261,7 +261,7 @@ async def slime_reward(
     request, named = compat_request(body.label, body.response, state.settings.default_verifier, "label")
     engine = state.require_engine()
     try:
-        item = prepare(request, end_tokens=engine.settings.end_token_list)
+        item = await engine.prepare_async(request)
     except RequestError as exc:
         raise label_error(exc, "label", named) from None
     async with state.admission.slot():

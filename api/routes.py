@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
-
 from fastapi import APIRouter, Depends
 from starlette.responses import Response
 
@@ -17,7 +15,6 @@ from proctor.api.responses import (
 )
 from proctor.api.state import ServiceState, get_state
 from proctor.contract import BatchRequest, BatchResponse, RequestError, Score, ScoreRequest
-from proctor.engine import prepare
 from proctor.registry import get_verifier
 
 router = APIRouter(prefix="/v1", tags=["scoring"])
@@ -37,15 +34,7 @@ router = APIRouter(prefix="/v1", tags=["scoring"])
 async def score(body: ScoreRequest, state: ServiceState = Depends(get_state)) -> Response:
     """Score one response against its reference; a machinery failure is a Score with a non-ok status."""
     engine = state.require_engine()
-    # 404 unknown verifier, 422 invalid reference/options, before taking a slot. Reading a large response
-    # (end-of-turn cut, extraction) runs on a thread so one big body never stalls the event loop.
-    small = isinstance(body.response, str) and len(body.response) <= engine.settings.inline_max_chars
-    end_tokens = engine.settings.end_token_list
-    item = (
-        prepare(body, end_tokens=end_tokens)
-        if small
-        else await asyncio.to_thread(prepare, body, end_tokens=end_tokens)
-    )
+    item = await engine.prepare_async(body)  # 404 unknown verifier, 422 invalid fields, before taking a slot
     async with state.admission.slot():
         result = await engine.score_async(item)
     state.metrics.observe_score(result)

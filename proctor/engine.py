@@ -310,6 +310,18 @@ class Engine:
             self._pool.close()
             self._pool = None
 
+    def prepare(self, request: ScoreRequest | dict[str, Any]) -> Prepared:
+        """`prepare` with this engine's end tokens (PROCTOR_END_TOKENS) as the default; raises RequestError."""
+        return prepare(request, end_tokens=self.settings.end_token_list)
+
+    async def prepare_async(self, request: ScoreRequest | dict[str, Any]) -> Prepared:
+        """`prepare` for the event loop: a response past `inline_max_chars`, or a chat transcript, is read
+        (end-of-turn cut, the verifier's validation) on a thread, so one big body never stalls the service."""
+        response = request.response if isinstance(request, ScoreRequest) else request.get("response")
+        if isinstance(response, str) and len(response) <= self.settings.inline_max_chars:
+            return self.prepare(request)
+        return await asyncio.to_thread(self.prepare, request)
+
     def runs_inline(self, item: Prepared) -> bool:
         """Inline verifiers run in this process on small inputs; large ones go to the killable pool.
 
@@ -371,7 +383,7 @@ class Engine:
 
     def score(self, request: ScoreRequest | dict[str, Any]) -> Score:
         """Score one request; raises RequestError for an unknown verifier or invalid fields."""
-        item = prepare(request, end_tokens=self.settings.end_token_list)
+        item = self.prepare(request)
         return self.score_prepared(item)
 
     def score_prepared(self, item: Prepared) -> Score:
@@ -467,7 +479,7 @@ class Engine:
         deferred: list[tuple[int, Prepared]] = []
         for offset, request in enumerate(requests):
             try:
-                item = prepare(request, end_tokens=self.settings.end_token_list)
+                item = self.prepare(request)
             except RequestError as exc:
                 done.append(_item_error(request, exc))
                 continue
