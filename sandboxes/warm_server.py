@@ -331,8 +331,14 @@ def proc_cpu(pid):
 
 
 def waited_for_cpu(pid):
-    """Seconds the process spent runnable but not running (a loaded machine), from /proc schedstat."""
+    """Seconds the process spent runnable but not running (a loaded machine), from /proc schedstat; 0 for a
+    process that lowered its own priority below this server's (a nice value above it, or SCHED_IDLE), which
+    waits by its own choice (as runner.lowered_priority on the host)."""
     try:
+        with open(f"/proc/{pid}/stat", "rb") as handle:
+            fields = handle.read().rsplit(b")", 1)[1].split()
+        if int(fields[16]) > os.getpriority(os.PRIO_PROCESS, 0) or int(fields[38]) == os.SCHED_IDLE:
+            return 0.0
         with open(f"/proc/{pid}/schedstat", "rb") as handle:
             return int(handle.read().split()[1]) / 1e9
     except (OSError, IndexError, ValueError):

@@ -5,12 +5,16 @@ budget) keep each case short; before the budget, each of these ran 16 x 1.5 s = 
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import time
 
 import pytest
 
 from proctor.contract import Status, Verdict
-from proctor.sandboxes.backends.runner import add_cpu_wait_s
+from proctor.sandboxes import warm_server
+from proctor.sandboxes.backends.runner import add_cpu_wait_s, cpu_waits
 from proctor.verifiers.code import verifier
 from proctor.worker_pool import WorkerPool
 
@@ -170,3 +174,39 @@ def test_waiting_for_a_cpu_does_not_spend_the_budget():
     budget.charge(began, cpu_s=0.3 * verifier.CORES)
     assert budget.spent()
     assert budget.limits(verifier.RunLimits(cpu_s=1.0)).wall_backstop_s == verifier.MIN_WALL_S
+
+
+SPIN = "import os, sys, time\n{lower}\nend = time.monotonic() + 5\nwhile time.monotonic() < end:\n    pass\n"
+
+
+def test_a_program_that_lowers_its_own_priority_gets_no_discount_for_waiting():
+    """A program may lower its own priority (nice, SCHED_IDLE: the seccomp policy allows it); on a busy machine
+    it then waits for a CPU as long as it likes. That wait is its own choice: neither the host's measure
+    (runner.cpu_waits, which the wall backstops and this budget discount) nor the warm server's counts it."""
+    cpu = {min(os.sched_getaffinity(0))}
+    lowered = {
+        "nice": "os.nice(19)",
+        "idle": "os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))",
+    }
+    programs = {"normal": "", **lowered}
+    procs = {
+        name: subprocess.Popen([sys.executable, "-c", SPIN.format(lower=code)])
+        for name, code in programs.items()
+    }
+    try:
+        for proc in procs.values():
+            os.sched_setaffinity(proc.pid, cpu)  # all on one CPU: the lowered ones wait behind the normal one
+        time.sleep(1.0)
+        raw = {}
+        for name, proc in procs.items():
+            with open(f"/proc/{proc.pid}/schedstat") as handle:
+                raw[name] = int(handle.read().split()[1]) / 1e9
+        assert all(raw[name] > 0.1 for name in lowered), raw  # they did wait, for a long time
+        found = cpu_waits([proc.pid for proc in procs.values()])
+        assert set(found) == {procs["normal"].pid}, (found, raw)
+        assert all(warm_server.waited_for_cpu(procs[name].pid) == 0.0 for name in lowered)
+        assert warm_server.waited_for_cpu(procs["normal"].pid) >= 0.0
+    finally:
+        for proc in procs.values():
+            proc.kill()
+            proc.wait()

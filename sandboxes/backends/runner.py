@@ -463,15 +463,29 @@ def longest_cpu_wait_s(tids: list[int]) -> float:
 
 
 def cpu_waits(tids: list[int]) -> dict[int, float]:
-    """Each readable task's total time waiting for a CPU (runnable, not running), in seconds."""
+    """Each readable task's total time waiting for a CPU (runnable, not running), in seconds; a task that
+    lowered its own priority (`lowered_priority`) waited by its own choice and is left out."""
     found: dict[int, float] = {}
+    nice = os.getpriority(os.PRIO_PROCESS, 0)  # a jail's tasks start at this process's (nsjail --nice_level)
     for tid in tids:
         try:
+            if lowered_priority(tid, nice):
+                continue
             with open(f"/proc/{tid}/schedstat") as handle:
                 found[tid] = int(handle.read().split()[1]) / 1e9
         except (OSError, ValueError, IndexError):
             continue
     return found
+
+
+def lowered_priority(tid: int, nice: int) -> bool:
+    """Whether task `tid` runs at a nice value above `nice` or under SCHED_IDLE: a program may lower its own
+    priority (the seccomp policy lets it), and on a busy machine it then waits for a CPU as long as it likes,
+    a wait that must not stretch its wall-clock limits or the code verifier's budget. OSError if unreadable."""
+    with open(f"/proc/{tid}/stat", "rb") as handle:
+        fields = handle.read().rsplit(b")", 1)[1].split()
+    # After the command's name: field 3 (state) is fields[0]; nice is field 19, the policy field 41.
+    return int(fields[16]) > nice or int(fields[38]) == os.SCHED_IDLE
 
 
 def runtime_out_of_memory(stderr: str, markers: tuple[str, ...]) -> bool:
