@@ -28,7 +28,7 @@ from typing import Any
 import httpx
 
 from proctor.contract import ErrorBody, ItemError, Score, ScoreRequest
-from proctor.http_retry import parse_retry_after
+from proctor.http_retry import backoff_delay, parse_retry_after, retryable
 
 DEFAULT_URL = "http://127.0.0.1:8000"
 # Fallbacks for a server whose /healthz does not state its limits: the service's own defaults.
@@ -190,7 +190,7 @@ def check_response(response: httpx.Response) -> Any:
     if response.status_code < 400:
         return response.json()
     message, field = _error_message(response)
-    if response.status_code == 429 or response.status_code >= 500:
+    if retryable(response.status_code):
         raise ProctorServerError(response.status_code, message, _retry_after(response))
     raise ProctorRequestError(response.status_code, message, field)
 
@@ -234,8 +234,7 @@ class _Base:
         """Seconds to wait before retry number attempt+1: Retry-After when given, else jittered backoff."""
         if isinstance(error, ProctorServerError) and error.retry_after is not None:
             return error.retry_after + random.uniform(0, min(self.backoff, 1.0))
-        ceiling = min(self.backoff * (2**attempt), MAX_BACKOFF_S)
-        return random.uniform(ceiling / 2, ceiling)  # jitter keeps many trainer ranks from retrying in step
+        return backoff_delay(attempt + 1, self.backoff, MAX_BACKOFF_S)  # jittered: ranks never retry in step
 
     def _set_limits(self, health: dict[str, Any]) -> Limits:
         self._limits = _parse_limits(health, self._max_body_bytes, self._max_batch_items)
