@@ -67,8 +67,7 @@ from proctor.sandboxes.job import Command, File, Job, RunLimits, RunVerdict
 from proctor.settings import get_settings
 from proctor.verifiers.formula import Formula, FormulaError, Interval, domain_problem
 from proctor.verifiers.judge import parse
-from proctor.verifiers.judge.client import JudgeError, Sampling, complete, judge_config
-from proctor.verifiers.judge.common import check_judge_url
+from proctor.verifiers.judge.client import JudgeError, Sampling, check_judge_url, complete, judge_config
 from proctor.verifiers.judge.items import forked_harness, result_document
 
 TEXT_METRICS = {

@@ -66,6 +66,15 @@ class JudgeConfig:
         return self.base_url.rstrip("/") + "/chat/completions"
 
 
+def check_judge_url(value: str) -> str:
+    """A request's judge URL in canonical form if it may use it (the configured judge, or one on
+    PROCTOR_JUDGE_ALLOWED_URLS), else ValueError: a 422 naming the option, before any connection is made."""
+    settings = get_settings()
+    return check_request_url(
+        value, settings.judge_base_url, settings.judge_allowed_urls, "PROCTOR_JUDGE_ALLOWED_URLS"
+    )
+
+
 def judge_config(
     base_url: str | None = None, model: str | None = None, api_key: str | None = None
 ) -> JudgeConfig:
@@ -77,9 +86,7 @@ def judge_config(
     settings = get_settings()
     if base_url:
         try:
-            base_url = check_request_url(
-                base_url, settings.judge_base_url, settings.judge_allowed_urls, "PROCTOR_JUDGE_ALLOWED_URLS"
-            )
+            base_url = check_judge_url(base_url)
         except ValueError as exc:
             raise JudgeError("judge_url_not_allowed", f"base_url {exc}") from None
     config = JudgeConfig(

@@ -10,10 +10,16 @@ from typing import Any, TypeVar
 from pydantic import Field, field_validator
 
 from proctor.contract import Status, Verdict, content_text
-from proctor.endpoints import check_request_url
 from proctor.registry import BaseOptions
-from proctor.settings import get_settings
-from proctor.verifiers.judge.client import JudgeConfig, JudgeError, Reply, Sampling, complete, judge_config
+from proctor.verifiers.judge.client import (
+    JudgeConfig,
+    JudgeError,
+    Reply,
+    Sampling,
+    check_judge_url,
+    complete,
+    judge_config,
+)
 from proctor.verifiers.judge.parse import Unparseable
 
 T = TypeVar("T")
@@ -22,15 +28,6 @@ DEADLINE_S = 300.0
 """Default deadline of a judge verifier: room for the judge's time limit plus its retry budget, twice over."""
 
 REPLY_EXCERPT = 500
-
-
-def check_judge_url(value: str) -> str:
-    """A request's judge URL in canonical form if it may use it (the configured judge, or one on
-    PROCTOR_JUDGE_ALLOWED_URLS), else ValueError: a 422 naming the option, before any connection is made."""
-    settings = get_settings()
-    return check_request_url(
-        value, settings.judge_base_url, settings.judge_allowed_urls, "PROCTOR_JUDGE_ALLOWED_URLS"
-    )
 
 
 class JudgeOptions(BaseOptions):

@@ -69,6 +69,18 @@ class SimilarityReference(BaseModel):
         return value
 
 
+def check_embeddings_url(value: str) -> str:
+    """A request's embeddings URL in canonical form if it may use it (PROCTOR_EMBEDDINGS_BASE_URL, or one on
+    PROCTOR_EMBEDDINGS_ALLOWED_URLS), else ValueError."""
+    settings = get_settings()
+    return check_request_url(
+        value,
+        settings.embeddings_base_url,
+        settings.embeddings_allowed_urls,
+        "PROCTOR_EMBEDDINGS_ALLOWED_URLS",
+    )
+
+
 class SimilarityOptions(BaseOptions):
     """Which metric, what part of the response, and an optional pass threshold."""
 
@@ -101,15 +113,7 @@ class SimilarityOptions(BaseOptions):
     @classmethod
     def _allowed_url(cls, value: str | None) -> str | None:
         # A 422 naming the option before any connection: a configured key must not follow a request's URL.
-        if value is None:
-            return None
-        settings = get_settings()
-        return check_request_url(
-            value,
-            settings.embeddings_base_url,
-            settings.embeddings_allowed_urls,
-            "PROCTOR_EMBEDDINGS_ALLOWED_URLS",
-        )
+        return value if value is None else check_embeddings_url(value)
 
     @model_validator(mode="after")
     def _cosine_needs_a_model(self) -> SimilarityOptions:
@@ -269,12 +273,7 @@ def embedding_score(text: str, references: list[str], options: SimilarityOptions
         model = options.embedding_model or settings.embeddings_model
         if options.embedding_base_url:  # validated, but re-checked here: this runs in a pool worker
             try:
-                check_request_url(
-                    base_url,
-                    settings.embeddings_base_url,
-                    settings.embeddings_allowed_urls,
-                    "PROCTOR_EMBEDDINGS_ALLOWED_URLS",
-                )
+                check_embeddings_url(base_url)
             except ValueError as exc:
                 raise EmbeddingError("embedding_url_not_allowed", f"embedding_base_url {exc}") from None
         key = key_for(
