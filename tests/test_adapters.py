@@ -401,6 +401,13 @@ def test_bare_labels_of_each_json_type() -> None:
         with pytest.raises(BadLabel):
             bare_reference(bad)
     assert openrlhf.parse_label(72, "math") == ("math", "72", {})
+    # a label object given as a JSON string is refused the same way when it has only one of the two keys
+    from proctor.adapters.labels import label_request
+
+    for half in ('{"verifier": "math"}', ' {"reference": "42"}'):
+        with pytest.raises(BadLabel):
+            label_request(half, "42", "text.match")
+    assert label_request('{"answer": "42"}', "42", "text.match")[0]["reference"] == '{"answer": "42"}'
 
 
 def test_openrlhf_reward_func_takes_numeric_labels_and_rejects_missing_ones(in_process: Engine) -> None:

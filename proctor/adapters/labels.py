@@ -12,8 +12,9 @@ is rejected naming its field. Anything else is a *bare* label: the reference of 
 - a list is several gold answers, any of which may match: `{"answer": [...]}` (text.match's form; numbers in
   it are turned into strings as above);
 - an object with neither `verifier` nor `reference` is the default verifier's reference object as is (e.g.
-  `{"answer": "42", "op": "contains"}` for text.match); one with only one of the two keys is refused, since it
-  was meant to name a verifier;
+  `{"answer": "42", "op": "contains"}` for text.match); one with only one of the two keys, or a string that
+  parses as such an object, is refused, since it was meant to name a verifier (never scored as a literal
+  string, which would be a silent reward of 0);
 - a boolean or None is refused (BadLabel): there is no answer to compare with.
 """
 
@@ -82,6 +83,8 @@ def label_request(raw: Any, response: str, default_verifier: str) -> tuple[dict[
     Raises BadLabel for a label that is no reference (see the module's rules).
     """
     body = _label_object(raw)
+    if isinstance(body, Mapping) and ("verifier" in body) != ("reference" in body):
+        raise BadLabel('a label object needs both "verifier" and "reference" keys')  # a JSON string's too
     if isinstance(body, Mapping) and "verifier" in body and "reference" in body:
         request = {"verifier": body["verifier"], "response": response, "reference": body["reference"]}
         if "options" in body:
