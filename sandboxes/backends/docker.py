@@ -74,6 +74,7 @@ from .runner import (
     cpu_rlimit,
     hard_wall_s,
     judge,
+    longest_cpu_wait_s,
     private_dir,
     sandbox_error,
 )
@@ -555,16 +556,7 @@ class _Meter:
 
     def starved_s(self) -> float:
         """Longest time a live thread of the container has waited for a CPU (0 when it cannot be seen)."""
-        if self.own is None:
-            return 0.0
-        longest = 0
-        for tid in self.own.threads()[:32]:
-            try:
-                with open(f"/proc/{tid}/schedstat") as handle:
-                    longest = max(longest, int(handle.read().split()[1]))
-            except (OSError, ValueError, IndexError):
-                continue
-        return longest / 1e9
+        return longest_cpu_wait_s(self.own.threads()[:32]) if self.own is not None else 0.0
 
 
 class _Execution:
