@@ -8,6 +8,7 @@ environment also registers the verifier that scores its tasks, under the same na
 
 from __future__ import annotations
 
+import importlib
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -16,7 +17,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from proctor.contract import RequestError, request_error_from
-from proctor.registry import VerifierSpec, load_verifiers, register_verifier
+from proctor.registry import VerifierSpec, builtin_module, load_verifiers, register_verifier
 
 Split = Literal["train", "test"]
 SPLITS: tuple[str, ...] = ("train", "test")
@@ -158,9 +159,18 @@ def register_environment(spec: EnvironmentSpec, verifier: VerifierSpec | None = 
 
 
 def get_environment(name: str) -> EnvironmentSpec:
-    """Look an environment up by name; unknown names raise RequestError(404) listing the known ones."""
-    load_verifiers()  # imports the environment modules, which register every built-in environment
+    """Look an environment up by name; unknown names raise RequestError(404) listing the known ones.
+
+    As for verifiers, a built-in name (`puzzle.*`, `demo.*`) imports only the module that registers it
+    (`proctor.registry.builtin_module`); any other name loads everything (plugins, entry points) first.
+    """
     spec = _environments.get(name)
+    if spec is None and (module := builtin_module(name)) is not None:
+        importlib.import_module(module)
+        spec = _environments.get(name)
+    if spec is None:
+        load_verifiers()
+        spec = _environments.get(name)
     if spec is None:
         known = ", ".join(sorted(_environments)) or "none"
         raise RequestError(404, f"unknown environment {name!r}; known environments: {known}", field="name")

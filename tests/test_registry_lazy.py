@@ -63,3 +63,15 @@ def test_a_plugin_from_the_environment_is_still_found_in_a_fresh_process():
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "test.misbehave"
+
+
+def test_looking_up_a_built_in_environment_in_a_fresh_process_imports_no_verifier_family():
+    loaded = _fresh(
+        "import sys\n"
+        "from proctor.environments.registry import get_environment\n"
+        "assert len(get_environment('puzzle.sudoku').tasks('train', 0, 1, None, None)) == 1\n"
+        "print(' '.join(sorted(m for m in sys.modules if m.startswith(('proctor.', 'sqlglot')))))"
+    ).split()
+    families = ("math", "code", "sql", "verilog", "judge", "multi")
+    assert not [m for m in loaded if m.startswith(tuple(f"proctor.verifiers.{f}" for f in families))], loaded
+    assert not [m for m in loaded if m.startswith(("proctor.environments.demo", "sqlglot"))], loaded
