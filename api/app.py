@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import importlib
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -41,9 +40,7 @@ def create_app(settings: Settings | None = None, engine: Engine | None = None) -
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        load_verifiers()  # a broken plugin fails start-up, not the first request
-        for module in filter(None, (name.strip() for name in settings.plugins.split(","))):
-            importlib.import_module(module)
+        load_verifiers(settings.plugins)  # a broken plugin fails start-up, not the first request
         state.verifiers = [spec.describe() for spec in all_verifiers()]
         _check_default_verifier(settings.default_verifier)
         owned = state.engine is None
