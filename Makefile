@@ -39,11 +39,8 @@ setup: $(STAMP)
 serve: setup
 	$(BIN)/proctor serve
 
-test: setup
-	$(BIN)/ruff check .
-	$(BIN)/ruff format --check .
-	$(BIN)/lint-imports
-	$(BIN)/pyright
+# The static checks first (lint), then the site's strict build, then the suite.
+test: lint
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir $(VENV)/site
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
@@ -54,6 +51,8 @@ docs: setup
 lint: setup
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/lint-imports
+	$(BIN)/pyright
 
 format: setup
 	$(BIN)/ruff check --fix .
