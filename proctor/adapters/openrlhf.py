@@ -126,18 +126,15 @@ def reward_func(queries: list[str], prompts: list[str], labels: list[Any], **kwa
             continue
         try:
             request["response"] = strip_prompt(str(query), str(prompt))
-        except (
-            PromptMismatch
-        ):  # the response cannot be told from the prompt: a failure, never the whole query
+        except PromptMismatch:
+            # the response cannot be told from the prompt: a failure, never the whole query scored
             slots.append(prompt_mismatch_score(str(request["verifier"]), index))
             continue
         slots.append(len(requests))
         requests.append(request)
-    scored = (
-        []
-        if not requests
-        else score_many(requests, server_url_from_env(None), os.environ.get("PROCTOR_TOKEN") or None)
-    )
+    scored: list[Result] = []
+    if requests:
+        scored = score_many(requests, server_url_from_env(None), os.environ.get("PROCTOR_TOKEN") or None)
     results: list[Result] = [scored[slot] if isinstance(slot, int) else slot for slot in slots]
     warn_failures("proctor openrlhf reward_func", results)
     return reward_payload([outcome(result, policy, value) for result in results], value, results)
