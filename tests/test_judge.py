@@ -767,6 +767,23 @@ def test_breaking_a_pitfall_check_never_pays(engine, judge, backend, response, r
         assert result.details["items"][1]["reason"].startswith("undecided")
 
 
+def test_a_regex_item_over_a_text_too_long_to_search_counts_against_the_response(engine, judge):
+    # RE2 over many patterns and megabytes takes seconds: such a text is not searched, and the item is
+    # undecided (a positive one unmet, a pitfall met), so a padded response never dodges a pitfall.
+    from proctor.verifiers.patterns import MAX_REGEX_CHARS
+
+    rubric = {
+        "items": [
+            {"criterion": "mentions Paris", "kind": "regex", "pattern": "Paris", "points": 1},
+            {"criterion": "says 7", "kind": "regex", "pattern": "7", "points": -1},
+        ]
+    }
+    assert score(engine, judge, "judge.rubric", "Paris", rubric).reward == 1.0
+    result = score(engine, judge, "judge.rubric", "Paris " + "x" * MAX_REGEX_CHARS, rubric)
+    assert result.status is Status.ok and result.reward == 0.0, result
+    assert all(item["reason"].startswith("undecided") for item in result.details["items"])
+
+
 def test_a_response_cannot_forge_a_code_items_verdict_through_its_stdout(engine, judge, backend):
     # The verdict never travels on stdout: a check that prints the response and exits decides nothing, and a
     # pitfall it guards still counts.

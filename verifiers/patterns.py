@@ -6,6 +6,9 @@ from __future__ import annotations
 import re2
 
 MAX_PATTERN_CHARS = 10_000
+MAX_REGEX_CHARS = 1_000_000
+"""A longer text is not searched (text.match: reason answer_too_long; a rubric regex item: undecided): RE2 time
+is linear in the text but grows with the pattern too, and a DFA-hostile pattern on 10 MB could take seconds."""
 
 
 def _re2_options(case_sensitive: bool) -> re2.Options:

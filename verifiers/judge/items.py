@@ -2,10 +2,11 @@
 
 An item is a criterion with points (negative points mark a pitfall: "met" means the response falls into it,
 as in HealthBench). `llm` items go to the judge; `regex` items are RE2 patterns searched in the graded text
-(linear time, so they run in the service process, as in `text.match`); `code` items are a Python function
-`check(response: str) -> bool` written by the reference's author, run in the sandbox (nsjail by default)
-with the response as a data file, never in the service process. A check that cannot decide (it raises, times
-out, returns a non-bool) counts against the response: a positive item is not met, a pitfall is met.
+(linear time, so they run in the service process, on a thread, as in `text.match`; a text past
+MAX_REGEX_CHARS is not searched); `code` items are a Python function `check(response: str) -> bool` written by
+the reference's author, run in the sandbox (nsjail by default) with the response as a data file, never in the
+service process. A check that cannot decide (it raises, times out, returns a non-bool; a pattern over too long
+a text) counts against the response: a positive item is not met, a pitfall is met.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from proctor.sandboxes.backends import resolve_backend
 from proctor.sandboxes.job import Command, File, Job, RunLimits, RunVerdict
-from proctor.verifiers.patterns import pattern_error, regex_matches
+from proctor.verifiers.patterns import MAX_REGEX_CHARS, pattern_error, regex_matches
 
 MAX_ITEMS = 100
 CHECK_LIMITS = RunLimits(cpu_s=5.0, memory_mb=256, processes=8, output_bytes=64 * 1024)
@@ -177,9 +178,12 @@ class CheckError(Exception):
     """The sandbox failed while running a code item (a machinery failure, not the response's fault)."""
 
 
-def regex_met(item: Item, text: str) -> bool:
-    """Whether a regex item's pattern occurs in the text."""
+def regex_met(item: Item, text: str) -> bool | None:
+    """Whether a regex item's pattern occurs in the text; None (undecided, so it counts against the response)
+    for a text past MAX_REGEX_CHARS, as text.match refuses to search one."""
     assert item.pattern is not None
+    if len(text) > MAX_REGEX_CHARS:
+        return None
     return regex_matches(text, [item.pattern], case_sensitive=item.case_sensitive, search=True)
 
 

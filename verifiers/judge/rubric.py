@@ -36,6 +36,7 @@ from proctor.verifiers.judge.common import (
     unparsed_reason,
 )
 from proctor.verifiers.judge.items import MAX_ITEMS, CheckError, Item, code_met, regex_met, undecided_met
+from proctor.verifiers.patterns import MAX_REGEX_CHARS
 from proctor.verifiers.reading import after_think
 
 IMPLICIT_SCALE = 10
@@ -76,14 +77,19 @@ def rubric_reward(items: list[Item], met: list[float]) -> float:
 async def model_free(items: list[Item], text: str) -> dict[int, tuple[bool | None, str]]:
     """Verdicts of the regex and code items, by item index (None: a check that could not decide); code items
     run in the sandbox concurrently."""
+    regex_items = [index for index, item in enumerate(items) if item.kind == "regex"]
+    code_items = [index for index, item in enumerate(items) if item.kind == "code"]
+    # Up to MAX_ITEMS patterns over a long text take RE2 seconds: searched on a thread, never on the event loop.
+    patterns, results = await asyncio.gather(
+        asyncio.to_thread(lambda: [regex_met(items[index], text) for index in regex_items]),
+        asyncio.gather(*(code_met(items[index], text) for index in code_items)),
+    )
     found: dict[int, tuple[bool | None, str]] = {}
-    code_items = []
-    for index, item in enumerate(items):
-        if item.kind == "regex":
-            found[index] = (regex_met(item, text), "pattern")
-        elif item.kind == "code":
-            code_items.append(index)
-    results = await asyncio.gather(*(code_met(items[index], text) for index in code_items))
+    for index, met in zip(regex_items, patterns, strict=True):
+        found[index] = (
+            met,
+            "pattern" if met is not None else f"undecided: longer than {MAX_REGEX_CHARS} characters",
+        )
     for index, (met, note) in zip(code_items, results, strict=True):
         found[index] = (met, note or "check")
     return found

@@ -27,16 +27,13 @@ from pydantic import Field, ValidationInfo, WithJsonSchema, field_validator
 from proctor.contract import Verdict
 from proctor.registry import BaseOptions, Example, VerifierSpec, register_verifier
 from proctor.verifiers.answers import AnswerReference, graded, unanswered
-from proctor.verifiers.patterns import pattern_error, regex_matches
+from proctor.verifiers.patterns import MAX_REGEX_CHARS, pattern_error, regex_matches
 from proctor.verifiers.reading import ExtractMethod, clip, extract_answer
 from proctor.verifiers.text.normalize import normalize
 
 Op = Literal["eq", "ne", "contains", "regex"]
 
 MAX_GOLDS = 256
-MAX_REGEX_CHARS = 1_000_000
-"""A longer answer is not matched against a regex (reason answer_too_long): RE2 time is linear in the text
-but grows with the pattern too, and a DFA-hostile pattern on 10 MB could take seconds."""
 
 _GOLD_SCHEMA = {
     "anyOf": [
