@@ -334,7 +334,6 @@ class _Watch:
         self.detail = ""
         self.ended_at: float | None = None
         self.killed_at: float | None = None
-        self._next_starve_check = 0.0
         self.waited = 0.0  # the longest wait for a CPU seen so far (sampled)
         self._next_wait_sample = self.start + WAIT_SAMPLE_S
         try:
@@ -365,28 +364,28 @@ class _Watch:
                 # The main process is gone: whatever it left behind (daemons holding the pipes) dies with it.
                 self.kill()
                 self.ended_at = now
+        starved = None  # the tree's wait for a CPU, when sampled on this tick
         if self.status is None and now >= self._next_wait_sample:
             self._next_wait_sample = now + WAIT_SAMPLE_S
-            self.waited = max(self.waited, self._starved_s())
+            starved = self._starved_s()
+            self.waited = max(self.waited, starved)
         if self.reason is None and self.status is None:
-            self._check_limits(now)
+            self._check_limits(now, starved)
         if self.status is not None:
             all_closed = self.pump is None or self.pump.all_closed
             return all_closed or now - (self.ended_at or now) > DRAIN_S
         # Killed but not reaped yet: give up on the pipes after a while, wait() then reaps or reports.
         return self.killed_at is not None and now - self.killed_at > KILL_WAIT_S
 
-    def _check_limits(self, now: float) -> None:
+    def _check_limits(self, now: float, starved: float | None) -> None:
+        """Stop the tree at a limit; the wall-clock ones only on a tick that sampled its wait for a CPU."""
         limits = self.limits
         elapsed = now - self.start
         if self.pump is not None and self.pump.over_cap("stdout"):
             self._stop(RunVerdict.output_limit, f"stdout passed {limits.output_bytes} bytes")
         elif self.group is not None and self.group.cpu_s() > limits.cpu_s:
             self._stop(RunVerdict.time_limit, f"CPU time of the process tree passed {limits.cpu_s:g} s")
-        elif elapsed > limits.wall_backstop_s and now >= self._next_starve_check:
-            self._next_starve_check = now + 0.1
-            starved = self._starved_s()
-            self.waited = max(self.waited, starved)
+        elif elapsed > limits.wall_backstop_s and starved is not None:
             if elapsed >= hard_wall_s(limits):
                 if starved > elapsed / 2:
                     self._stop(
