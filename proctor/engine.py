@@ -91,7 +91,10 @@ def check_request_nesting(request: ScoreRequest | dict[str, Any]) -> None:
     and fail on deep data with errors that would become a 500 or a masked verifier_error.
     """
     if isinstance(request, ScoreRequest):
-        values = {"reference": request.reference, "options": request.options, "response": request.response}
+        response: Any = request.response
+        if isinstance(response, list):  # parsed messages: walk their content and extra fields as sent
+            response = [{**(message.model_extra or {}), "content": message.content} for message in response]
+        values = {"reference": request.reference, "options": request.options, "response": response}
     elif isinstance(request, dict):
         values = {name: request.get(name) for name in ("reference", "options", "response")}
     else:

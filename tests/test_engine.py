@@ -13,7 +13,16 @@ from pydantic import BaseModel, ConfigDict
 
 import proctor
 from proctor.cache import LRUCache, cache_key
-from proctor.contract import MAX_NESTING, ItemError, RequestError, Score, Status, Verdict, nested_deeper_than
+from proctor.contract import (
+    MAX_NESTING,
+    ItemError,
+    RequestError,
+    Score,
+    ScoreRequest,
+    Status,
+    Verdict,
+    nested_deeper_than,
+)
 from proctor.engine import Engine
 from proctor.registry import BaseOptions, VerifierSpec, register_verifier
 from proctor.settings import Settings
@@ -353,6 +362,18 @@ def test_data_nested_past_the_limit_is_422_naming_the_field(engine, depth):
             engine.score(request)
         assert (info.value.status, info.value.field) == (422, field)
         assert f"more than {MAX_NESTING} levels" in info.value.message
+
+
+def test_a_parsed_request_is_checked_like_a_raw_one(engine):
+    # The HTTP route hands prepare a ScoreRequest: its chat messages' extra fields were not walked (a 300-deep
+    # one was prepared, a 2,000-deep one raised RecursionError from the cache key).
+    for depth in (MAX_NESTING + 1, 2_000):
+        for field, request in deep_requests(depth).items():
+            with pytest.raises(RequestError) as info:
+                engine.score(ScoreRequest.model_validate(request))
+            assert (info.value.status, info.value.field) == (422, field)
+    for request in deep_requests(MAX_NESTING).values():
+        assert engine.score(ScoreRequest.model_validate(request)).status == Status.ok
 
 
 def test_deep_item_fails_only_its_batch_slot(engine):
