@@ -758,7 +758,9 @@ PYTHON_RESULT = ".proctor_grade.json"
 # never held the nonce (forked_harness: the parent is non-dumpable, forks before it reads the nonce from stdin,
 # and keeps only a finite number the child sends on a pipe); never on stdout, which the grader (and, through
 # its prints, the sample) writes. So a grader that prints the sample and exits cannot forge a reward, and one
-# that exec()s the sample's code gives that code no nonce or result path to forge a grade with.
+# that exec()s the sample's code gives that code no nonce or result path to forge a grade with. It does not
+# make such a grader safe: code exec()d in grade()'s process can still choose the reply grade()'s child sends
+# (patch json.dumps, write the pipe and exit); a grader must run a sample's code in a subprocess of its own.
 _PYTHON_HARNESS = forked_harness(
     PYTHON_RESULT,
     "value",

@@ -41,7 +41,12 @@ def forked_harness(result_path: str, key: str, valid: str, body: str) -> str:
     keeps `reply` only when it passes `valid` (an expression of `value`), THEN reads the nonce from stdin and
     writes {key: value, "mac": HMAC-SHA256(nonce, JSON of value)} to `result_path`, so neither the child nor
     anything it left running can forge the file, and a file the parent wrote names no nonce to copy. A child
-    that dies or is killed ends the parent the same way; one that exits without replying leaves no file."""
+    that dies or is killed ends the parent the same way; one that exits without replying leaves no file.
+
+    What this does not give: code the author's function exec()s in its own process has that function's whole
+    power, so it can choose the reply (patch json.dumps, write the pipe itself and exit). The harness keeps
+    output and files from deciding anything; only the author can keep untrusted text out of their process
+    (run it in a subprocess inside check()/grade() and judge what comes back)."""
     child = "".join(f"        {line}\n" if line else "\n" for line in body.splitlines())
     return f"""\
 import ctypes, hashlib, hmac, json, math, os, signal, sys, traceback
@@ -100,7 +105,8 @@ with open(os.path.abspath({result_path!r}), "w", encoding="utf-8") as out:
 # check()'s verdict comes back in a file the trusted harness writes after check() returned in a child process
 # that never held the nonce (forked_harness); never on stdout, which check() (and, if it prints it, the
 # response) writes. So a check that prints the response and exits decides nothing, and a check that exec()s
-# the response cannot reach the nonce.
+# the response cannot reach the nonce (though that code, running in check()'s process, can choose check()'s
+# reply: see forked_harness).
 _HARNESS = forked_harness(
     RESULT,
     "met",
