@@ -152,17 +152,13 @@ def cut_end_of_turn(text: str, tokens: tuple[str, ...] = END_OF_TURN_TOKENS) -> 
     return Cut(text[:cut], first, len(text) - cut)
 
 
-def parse_end_tokens(value: str | list[str] | tuple[str, ...] | None) -> tuple[str, ...]:
+def parse_end_tokens(value: str | None) -> tuple[str, ...]:
     """A token list from `PROCTOR_END_TOKENS`: unset means the built-in list, empty means none.
 
     A value starting with `[` is a JSON list of strings; anything else is comma-separated (blanks around each
     token are dropped). Raises ValueError for a JSON value that is not a list of non-empty strings.
     """
-    if value is None:
-        return END_OF_TURN_TOKENS
-    if isinstance(value, (list, tuple)):
-        return _checked(list(value))
-    return _parse_text(value)
+    return END_OF_TURN_TOKENS if value is None else _parse_text(value)
 
 
 @lru_cache(maxsize=16)
