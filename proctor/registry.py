@@ -1,7 +1,8 @@
 """The verifier registry: each verifier registers itself, with its models and examples, at the bottom of its module.
 
-The registry is loaded once per process by `load_verifiers()`, which imports the built-in modules listed in
-BUILTIN_MODULES (importing a package never registers anything by itself), entry points and plugins. The
+Looking up a built-in name imports only the module that registers it (BUILTIN_VERIFIERS); any other name, and
+`all_verifiers()`, run `load_verifiers()` once per process, which imports every built-in module (importing a
+package never registers anything by itself), the entry points and the plugins. The
 environment registry (`proctor.environments.registry`) and the puzzle family catalogue
 (`proctor.environments.puzzles.base`) register their verifiers here.
 """
