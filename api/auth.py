@@ -23,22 +23,15 @@ def token_matches(authorization: bytes | None, token: str) -> bool:
     return hmac.compare_digest(credentials.strip(), token.encode("utf-8"))
 
 
-def unauthorized_body(header_sent: bool) -> bytes:
-    """The 401 error JSON: the token is missing, or it is not the right one."""
-    message = "invalid bearer token" if header_sent else "missing bearer token"
-    return dump_json({"error": {"status": 401, "message": message, "field": "Authorization"}})
-
-
-CHALLENGE = 'Bearer realm="proctor"'
-
-
 def unauthorized(header_sent: bool) -> Response:
-    """A 401 response in the service's error shape, with the bearer challenge."""
+    """A 401 response in the service's error shape, with the bearer challenge: the token is missing, or it is
+    not the right one."""
+    message = "invalid bearer token" if header_sent else "missing bearer token"
     return Response(
-        unauthorized_body(header_sent),
+        dump_json({"error": {"status": 401, "message": message, "field": "Authorization"}}),
         status_code=401,
         media_type="application/json",
-        headers={"WWW-Authenticate": CHALLENGE},
+        headers={"WWW-Authenticate": 'Bearer realm="proctor"'},
     )
 
 
@@ -59,16 +52,4 @@ class BearerAuthMiddleware:
         if token_matches(header, self.token):
             await self.app(scope, receive, send)
             return
-        body = unauthorized_body(header is not None)
-        await send(
-            {
-                "type": "http.response.start",
-                "status": 401,
-                "headers": [
-                    (b"content-type", b"application/json"),
-                    (b"content-length", str(len(body)).encode()),
-                    (b"www-authenticate", CHALLENGE.encode()),
-                ],
-            }
-        )
-        await send({"type": "http.response.body", "body": body})
+        await unauthorized(header is not None)(scope, receive, send)
