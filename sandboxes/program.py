@@ -377,11 +377,9 @@ class Submission:
         self.language = language if isinstance(language, Language) else get_language(language)
         self.source = source
         self.limits = limits or RunLimits()
-        self.compile_limits = compile_limits or self.language.compile_limits
         self.backend = resolve_backend(backend)
-        self.extra_files = list(files)
-        self.file_name = self.language.file_name(source)
-        self._build = Build(self.language, source, self.extra_files, self.compile_limits, self.backend)
+        compiling = compile_limits or self.language.compile_limits
+        self._build = Build(self.language, source, files, compiling, self.backend)
         self.runner = choose_runner(self._build, self.limits, warm)
         self._lock = threading.Lock()
         self._outcome: CompileOutcome | None = None
