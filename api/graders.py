@@ -78,6 +78,17 @@ _RUN_FIELDS = {
 }
 
 
+# What the plain and the SDK path of each route share in the OpenAPI document.
+_RUN_ROUTE: dict[str, Any] = {
+    "responses": error_responses(400, 401, 413, 422, 429, 503),
+    "openapi_extra": server_validated(**_RUN_FIELDS),
+}
+_VALIDATE_ROUTE: dict[str, Any] = {
+    "responses": error_responses(400, 401, 413, 422),
+    "openapi_extra": server_validated(grader=_GRADER_RULES),
+}
+
+
 async def _run(body: RunRequest, state: ServiceState, sdk: bool) -> Response:
     started = time.perf_counter()
     # The body's data fields nest at most MAX_NESTING levels, as in /v1/score: deeper ones would reach
@@ -121,35 +132,20 @@ def _validate(body: ValidateRequest) -> Response:
     return json_response({"grader": grader.model_dump(mode="json", exclude_none=True)})
 
 
-@router.post(
-    PREFIX + "/run",
-    responses=error_responses(400, 401, 413, 422, 429, 503),
-    summary="Run an OpenAI grader spec",
-    openapi_extra=server_validated(**_RUN_FIELDS),
-)
+@router.post(PREFIX + "/run", summary="Run an OpenAI grader spec", **_RUN_ROUTE)
 async def run(body: RunRequest, state: ServiceState = Depends(get_state)) -> Response:
     """Grade one model sample with an OpenAI grader spec; OpenAI's run response shape."""
     return await _run(body, state, sdk=False)
 
 
-@router.post(
-    SDK_PREFIX + "/run",
-    responses=error_responses(400, 401, 413, 422, 429, 503),
-    summary="Run an OpenAI grader spec (the openai SDK's path)",
-    openapi_extra=server_validated(**_RUN_FIELDS),
-)
+@router.post(SDK_PREFIX + "/run", summary="Run an OpenAI grader spec (the openai SDK's path)", **_RUN_ROUTE)
 async def sdk_run(body: RunRequest, state: ServiceState = Depends(get_state)) -> Response:
     """`client.fine_tuning.alpha.graders.run(...)`: /v1/graders/run with the SDK's response types
     (`metadata.token_usage` is the total token count)."""
     return await _run(body, state, sdk=True)
 
 
-@router.post(
-    PREFIX + "/validate",
-    responses=error_responses(400, 401, 413, 422),
-    summary="Validate an OpenAI grader spec",
-    openapi_extra=server_validated(grader=_GRADER_RULES),
-)
+@router.post(PREFIX + "/validate", summary="Validate an OpenAI grader spec", **_VALIDATE_ROUTE)
 async def validate(body: ValidateRequest) -> Response:
     """A dry run: parse the spec, check its metrics, templates and formula (over the sub-rewards' ranges)."""
     return _validate(body)
@@ -157,9 +153,8 @@ async def validate(body: ValidateRequest) -> Response:
 
 @router.post(
     SDK_PREFIX + "/validate",
-    responses=error_responses(400, 401, 413, 422),
     summary="Validate an OpenAI grader spec (the openai SDK's path)",
-    openapi_extra=server_validated(grader=_GRADER_RULES),
+    **_VALIDATE_ROUTE,
 )
 async def sdk_validate(body: ValidateRequest) -> Response:
     """`client.fine_tuning.alpha.graders.validate(...)`: the same dry run as /v1/graders/validate."""
