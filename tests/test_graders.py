@@ -600,7 +600,7 @@ def test_a_formula_failing_after_validation_is_a_server_failure_not_a_grade_or_4
     )
     from proctor.engine import Engine
 
-    engine = Engine()  # string_check is text.match through the engine
+    engine = Engine()  # run_grader takes an engine (text_similarity scores through it)
     try:
         outcome = asyncio.run(run_grader(grader, {}, "x", engine, None))
     finally:
