@@ -314,7 +314,10 @@ class Engine:
             self._pool = None
 
     def prepare(self, request: ScoreRequest | dict[str, Any]) -> Prepared:
-        """`prepare` with this engine's end tokens (PROCTOR_END_TOKENS) as the default; raises RequestError."""
+        """`prepare` with this engine's end tokens (PROCTOR_END_TOKENS) as the default; raises RequestError.
+
+        For requests from outside. A verifier that nests requests (multi) calls the module's `prepare`, so its
+        parts inherit the tokens of the item being scored."""
         return prepare(request, end_tokens=self.settings.end_token_list)
 
     async def prepare_async(self, request: ScoreRequest | dict[str, Any]) -> Prepared:
