@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..cgroups import Cgroups, JobCgroup
-from ..storage import Storage, release_path
+from ..storage import Storage, unmount
 
 log = logging.getLogger(__name__)
 
@@ -159,9 +159,10 @@ class Slot:
             self.group.remove()
         if self.home is not None:
             if self.storage is not None:
-                release_path(self.home)  # its tmpfs first: rmtree cannot remove a mount point
-            else:
-                shutil.rmtree(self.home, ignore_errors=True)
+                # Its own tmpfs first (rmtree cannot remove a mount point), the only mount there on this side:
+                # the jail's are in its own namespace, so no scan of the mount table (release_path) is needed.
+                unmount(self.home)
+            shutil.rmtree(self.home, ignore_errors=True)
 
 
 def make_slot(cgroups: Cgroups | None, log_pipe: bool = False) -> Slot:
