@@ -232,13 +232,14 @@ class _Jail:
             frame = self._frame(max_bytes)
             if frame is not None:
                 return frame
-            elapsed = time.monotonic() - started
-            if time.monotonic() >= self._next_sample:
-                self._next_sample = time.monotonic() + WAIT_SAMPLE_S
+            now = time.monotonic()
+            elapsed = now - started
+            # The jail's wait for a CPU is read once per sample; the backstop is checked on that sample.
+            sampled = now >= self._next_sample
+            if sampled:
+                self._next_sample = now + WAIT_SAMPLE_S
                 self.sample_wait()
-            if elapsed > backstop_s and (
-                elapsed > 5 * backstop_s or elapsed - self.sample_wait() > backstop_s
-            ):
+            if elapsed > 5 * backstop_s or (sampled and elapsed - self.waited > backstop_s):
                 raise _Protocol("deadline")
             if cpu_cap is not None and (self.cpu_s() or 0.0) > cpu_cap:
                 raise _Protocol("cpu")
