@@ -33,6 +33,7 @@ import ast
 import math
 import operator
 from collections.abc import Callable, Iterable, Mapping
+from functools import lru_cache
 from typing import Any
 
 MAX_CHARS = 2_000
@@ -246,6 +247,13 @@ class Formula:
             kwargs = {keyword.arg: self._eval(keyword.value, env) for keyword in node.keywords}
             return FUNCTIONS[node.func.id](*args, **kwargs)
         raise FormulaError(f"{type(node).__name__} is not allowed in a formula")  # unreachable after _check
+
+
+@lru_cache(maxsize=1024)
+def parse_formula(text: str, variables: frozenset[str]) -> Formula:
+    """A Formula, cached (a Formula does not change once built): `multi` and the openai multi grader evaluate
+    the same few validated formulas for every sample, so each is parsed and checked once."""
+    return Formula(text, variables)
 
 
 # -- the sound domain check: interval arithmetic ---------------------------------------------------------------

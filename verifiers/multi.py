@@ -38,7 +38,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from proctor.contract import RequestError, Status, Verdict
 from proctor.registry import BaseOptions, Example, VerifierSpec, register_verifier
-from proctor.verifiers.formula import Formula, FormulaError, Interval, domain_problem
+from proctor.verifiers.formula import Formula, FormulaError, Interval, domain_problem, parse_formula
 
 MAX_COMPONENTS = 16
 LENGTH_VARIABLES = frozenset({"length", "max_length", "cache_length"})
@@ -212,7 +212,7 @@ def combine(reference: MultiReference, rewards: dict[str, float], length: float)
             variables["max_length"] = reference.max_length
         if reference.cache_length is not None:
             variables["cache_length"] = reference.cache_length
-        raw = Formula(expression, set(variables)).evaluate(variables)
+        raw = parse_formula(expression, frozenset(variables)).evaluate(variables)
     low, high = reference.bounds()
     return raw, min(1.0, max(0.0, (raw - low) / (high - low)))
 

@@ -65,7 +65,7 @@ from proctor.registry import BaseOptions, Example, VerifierSpec, register_verifi
 from proctor.sandboxes.backends import resolve_backend
 from proctor.sandboxes.job import Command, File, Job, RunLimits, RunVerdict
 from proctor.settings import get_settings
-from proctor.verifiers.formula import Formula, FormulaError, Interval, domain_problem
+from proctor.verifiers.formula import Formula, FormulaError, Interval, domain_problem, parse_formula
 from proctor.verifiers.judge import parse
 from proctor.verifiers.judge.client import JudgeError, Sampling, check_judge_url, complete, judge_config
 from proctor.verifiers.judge.items import forked_harness, result_document
@@ -644,7 +644,7 @@ async def _run_multi(
         for name, reward in outcome.sub_rewards.items()
     }
     try:
-        outcome.reward = Formula(grader.calculate_output, set(names)).evaluate(values)
+        outcome.reward = parse_formula(grader.calculate_output, frozenset(names)).evaluate(values)
     except FormulaError as exc:
         # Cannot happen for a validated formula; if it does, it is Proctor's failure, never the sample's grade
         # nor the client's request (a 503 the trainer retries or masks, like verifier_error for `multi`).
