@@ -421,17 +421,17 @@ async def test_a_large_response_is_read_off_the_event_loop(monkeypatch):
 
     import httpx
 
-    from proctor.api import routes
+    from proctor import engine as engine_module
     from proctor.api.app import create_app
 
     threads: list[str] = []
-    real_prepare = routes.prepare
+    real_prepare = engine_module.prepare
 
     def recording_prepare(*args, **kwargs):
         threads.append(threading.current_thread().name)
         return real_prepare(*args, **kwargs)
 
-    monkeypatch.setattr(routes, "prepare", recording_prepare)
+    monkeypatch.setattr(engine_module, "prepare", recording_prepare)  # Engine.prepare_async's choice
     app = create_app(Settings(pool_workers=1, cache_size=0, inline_max_chars=1000))
     transport = httpx.ASGITransport(app=app)
     async with (
