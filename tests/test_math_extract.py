@@ -159,7 +159,7 @@ def test_unterminated_last_box_is_no_answer() -> None:
 
 def test_other_commands_are_not_boxes() -> None:
     assert candidates("\\boxedsymbol{3}. Answer: 5") == ("5",)
-    assert candidates("\\fboxsep{3}") == ()
+    assert extract_answer("\\fboxsep{3}").method != "boxed"
 
 
 def test_nested_box_is_read_as_its_outer_box() -> None:
@@ -316,17 +316,17 @@ def test_empty_anchor_is_no_answer() -> None:
         ("We have $x=2$ and then nothing.", ("x=2",)),
         ("So $a$ is \\(\\frac{1}{2}\\)", ("\\frac{1}{2}",)),
         ("Display: \\[ 7 \\] done", ("7",)),
-        ("$$ 8 $$", ("8",)),
+        ("$$ 8 $$", ("8",)),  # the whole response: read as it is, in both modes (see test_whole_response_*)
         ("We get 5 apples.", ("5",)),
         ("thus 1,234.5 apples", ("1,234.5",)),
         ("so it is 1.2e-4", ("1.2e-4",)),
         ("the result is −3", ("-3",)),
         ("We get 3/4 of it", ("3/4",)),
-        ("x = 5", ("5",)),
+        ("x = 5", ("x = 5",)),
         ("It is $3$ or $4$", ("3", "4")),
         ("Costs \\$5 today", ("5",)),
         ("total is 1+1", ()),
-        ("2^10", ()),
+        ("2^10", ("2^10",)),
         ("is 5!", ()),
         ("no numbers here", ()),
         ("x = 5. The answer is", ("5",)),
@@ -335,7 +335,29 @@ def test_empty_anchor_is_no_answer() -> None:
 def test_lenient_mode(response: str, expected: tuple[str, ...]) -> None:
     found = extract_answer(response, "lenient")
     assert found.candidates == expected
-    assert found.method == ("lenient" if expected else "none")
+    whole = response in ("$$ 8 $$", "x = 5", "2^10")
+    assert found.method == ("whole" if whole else "lenient" if expected else "none")
+
+
+@pytest.mark.parametrize(
+    ("response", "expected"),
+    [
+        ("\\frac{10}{9}", ("\\frac{10}{9}",)),
+        ("$3\\sqrt{2}$", ("3\\sqrt{2}",)),
+        ("  \\[ x^2 - 1 \\]  ", ("x^2 - 1",)),
+        ("5 \\text{ cm}", ("5 \\text{ cm}",)),
+        ("3 or 4", ("3", "4")),  # two answers: a hedge, as in a box
+        ("<think>so 7?</think>\n\n$\\frac{1}{2}$", ("\\frac{1}{2}",)),
+        ("So it is 5", ()),  # a sentence: the anchored policy takes nothing unanchored
+        ("x = 5\ny = 6", ()),  # two lines are not one answer
+        ("It is $5$", ()),
+        ("$x$ and $5$", ()),
+    ],
+)
+def test_whole_response_is_its_own_answer(response: str, expected: tuple[str, ...]) -> None:
+    found = extract_answer(response)
+    assert found.candidates == expected
+    assert found.method == ("whole" if expected else "none")
 
 
 def test_lenient_only_when_nothing_anchored() -> None:
@@ -562,4 +584,18 @@ def test_invariants_on_random_responses(seed: int) -> None:
             assert (found.method == "none") == (not found.candidates), response
             assert not (found.content_free and found.candidates), response
             assert all(c.strip() for c in found.candidates), response
-            assert found.method in ("boxed", "anchor", "lenient", "none")
+            assert found.method in ("boxed", "anchor", "whole", "lenient", "none")
+
+
+@pytest.mark.parametrize(
+    ("response", "expected"),
+    [
+        ("So the sum is nine.\n\nAnswer $9$", ("9",)),
+        ("Working done.\nAnswer \\[ 9 \\]", ("9",)),
+        ("Working done.\n**Answer** $\\frac{1}{2}$", ("\\frac{1}{2}",)),
+        ("Working done.\nFinal answer \\(x=3\\)", ("x=3",)),
+        ("We answer $3$ questions and stop.", ()),  # the word inside a sentence is no anchor
+    ],
+)
+def test_answer_word_at_a_line_start_then_math_is_an_anchor(response: str, expected: tuple[str, ...]) -> None:
+    assert candidates(response) == expected

@@ -41,6 +41,7 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Literal
 
+from proctor.verifiers.math.grammar import FUNCTIONS, GREEK
 from proctor.verifiers.reading import ANSWER_CLOSE, ANSWER_OPEN, after_think, match_brace
 
 MAX_CANDIDATE_CHARS = 2_000
@@ -90,7 +91,9 @@ _ANCHOR = re.compile(
     r"|\bfinal[ \t]{1,16}answer[ \t]{1,16}(?:is|would[ \t]{1,16}be)\b"
     r"|\b(?:final[ \t]{1,16})?answer[ \t]{0,16}(?:(?:\*\*|__)[ \t]{0,16})?[:：]"
     r"|\bfinal[ \t]{1,16}answer[ \t]{0,16}(?:(?:\*\*|__)[ \t#]{0,16})?(?=\r?\n|$)"
-    r"|(?<!#)####(?!#)(?=[ \t]{0,16}[-−$\\]?\d)",  # GSM8K's "#### 42" (not a "#### Step 1" heading)
+    r"|(?<!#)####(?!#)(?=[ \t]{0,16}[-−$\\]?\d)"  # GSM8K's "#### 42" (not a "#### Step 1" heading)
+    # "Answer $9$", "**Answer** \\[ 9 \\]": a line that starts with the word and goes straight into math.
+    r"|(?:^|(?<=\n))[ \t#*_>]{0,8}(?:final[ \t]{1,16})?answer[ \t*_]{0,16}(?=\$|\\\[|\\\()",
     re.IGNORECASE,
 )
 _ANCHOR_LEAD = re.compile(r"[ \t]*(?:[:：][ \t]*)?")
@@ -165,6 +168,8 @@ def extract_answer(response: str, mode: Literal["anchored", "lenient"] = "anchor
     found = _from_boxes(text)
     if found is None:
         found = _from_anchors(text)
+    if found is None:
+        found = _from_whole(text)
     if found is None and mode == "lenient":
         found = _from_lenient(text)
     if found is None or not found.candidates:
@@ -486,6 +491,35 @@ def _outside_groups(text: str, stop: int) -> bool:
         elif char == "$":
             in_math = not in_math
     return depth <= 0 and not in_math
+
+
+# -- a response that is only its answer -------------------------------------------------------------
+
+# Words of three or more letters outside LaTeX commands and \\text{} (units): prose, so not a bare answer.
+_TEXT_GROUP = re.compile(r"\\(?:text|textrm|textbf|mathrm|mbox|operatorname)\s*\{[^{}]*\}")
+_COMMAND = re.compile(r"\\[A-Za-z]+")
+_LETTER_RUN = re.compile(r"[A-Za-z]{2,}")
+# Letter runs a bare answer may hold: function names, Greek letters, connectors that _split reads, units.
+_ANSWER_WORDS = (
+    frozenset(FUNCTIONS)
+    | frozenset(GREEK)
+    | {"pi", "inf", "infty", "and", "or", "cm", "mm", "km", "kg", "mg", "ml", "ft", "mi", "yd", "lb", "lbs",
+       "oz", "hr", "hrs", "min", "sec", "deg", "mph", "kph", "am", "pm"}
+)  # fmt: skip
+
+
+def _from_whole(text: str) -> Extracted | None:
+    """A final part that is nothing but one expression (`\\frac{10}{9}`, `$3\\sqrt{2}$`, `x = 5`, `5 cm`):
+    that expression, split as an anchored one is. A word (two letters or more that are not a function, a Greek
+    letter, a unit or "and"/"or"), or a line break inside, and it is not an answer by itself: a number inside
+    a sentence is never taken without an anchor."""
+    cleaned = _clean(text)
+    if not cleaned or len(cleaned) > MAX_CANDIDATE_CHARS or "\n" in cleaned or "$" in cleaned:
+        return None
+    bare = _COMMAND.sub(" ", _TEXT_GROUP.sub(" ", cleaned))
+    if any(word.lower() not in _ANSWER_WORDS for word in _LETTER_RUN.findall(bare)):
+        return None
+    return _result(_split(cleaned), "whole")
 
 
 # -- lenient ---------------------------------------------------------------------------------------
