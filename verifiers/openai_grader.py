@@ -920,11 +920,10 @@ async def _run_model(
     outcome.sampled_model = reply.model
     if not reply.cached:
         outcome.usage[reply.model] = dict(reply.usage)
-    if reply.text is None:
-        outcome.errors["model_grader_refusal_error"] = True
-        return
     if reply.truncated:
-        # No verdict, and not the sample's fault: a machinery failure (503), as for the judge verifiers.
+        # No verdict, and not the sample's fault: a machinery failure (503), as for the judge verifiers. Checked
+        # before the refusal below: a reasoning judge cut off while thinking answers content null (finish_reason
+        # length), which is no refusal and must never grade the sample 0.
         failure = (
             f"judge_truncated: the judge's reply was cut off at max_tokens={sampling.max_tokens} "
             "(finish_reason length) before it gave a verdict; raise sampling_params.max_completions_tokens"
@@ -932,6 +931,9 @@ async def _run_model(
         outcome.errors["model_grader_server_error"] = True
         outcome.errors["model_grader_server_error_details"] = failure
         outcome.server_failure = failure
+        return
+    if reply.text is None:
+        outcome.errors["model_grader_refusal_error"] = True
         return
     try:
         if isinstance(grader, ScoreModelGrader):
