@@ -35,6 +35,7 @@ from proctor.verifiers.math.equivalence import Policy, assignment, equivalent
 from proctor.verifiers.math.extract import extract_answer, extract_gold
 from proctor.verifiers.math.grammar import Node
 from proctor.verifiers.math.guards import ParseError, TooComplex
+from proctor.verifiers.math.repair import repair_gold, restore_escapes
 from proctor.verifiers.math.values import (
     Items,
     Relation,
@@ -120,8 +121,23 @@ def policy_of(options: MathOptions) -> Policy:
 
 @lru_cache(maxsize=GOLD_CACHE_SIZE)
 def gold_value(reference: str) -> Value:
-    """The parsed gold of a reference (extracted, then parsed); cached per process, errors are not cached."""
-    return check_value(parse_value(extract_gold(reference)))
+    """The parsed gold of a reference (extracted, then parsed); cached per process, errors are not cached.
+
+    Escapes a dataset's string handling ate are restored first; a gold that still does not parse is mended
+    as repair.py describes (doubled backslashes, an unbalanced end) and parsed again, so a gold a human reads
+    without doubt is never refused, and one damaged beyond repair is still a 422 with the first error."""
+    answer = extract_gold(restore_escapes(reference))
+    try:
+        return check_value(parse_value(answer))
+    except ParseError:
+        mended = repair_gold(answer)
+        if mended == answer:
+            raise
+        try:
+            return check_value(parse_value(extract_gold(mended)))
+        except ParseError:
+            pass
+        raise
 
 
 _COLLECTIONS = (Items, SetOp)

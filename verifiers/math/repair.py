@@ -1,0 +1,98 @@
+"""Golds as public datasets store them, mended where a human reads them without doubt.
+
+Only golds are mended: the dataset's damage is not the model's doing, and a gold refused is a row the user
+loses. A response is never mended (a model that writes broken LaTeX is answered as it wrote it).
+
+What is mended, and why each is safe:
+- Escapes eaten by a JSON or Python string: `\\f` of `\\frac` read as a form feed leaves U+000C + "rac",
+  `\\b` of `\\boxed` a backspace, `\\t` of `\\times` a tab, `\\r` of `\\right` a carriage return, `\\n` of
+  `\\neq` a newline, `\\a` of `\\alpha` a bell, `\\v` of `\\vec` a vertical tab. Such a character followed by
+  the rest of a LaTeX command's name (and not by another letter) becomes that command again; a real tab or
+  newline is followed by something else and stays.
+- Doubled backslashes from double-escaped JSON (`\\\\frac{1}{2}` as text): when every run of backslashes has
+  an even length and one of them stands before a letter, each run is halved. A gold written properly has a
+  single backslash before its commands, so this never touches one.
+- An unbalanced end: a lone trailing backslash, and closing braces (`}` or `\\}`) at the end that close
+  nothing, are dropped. An opening brace that is never closed is not guessed at: that gold stays a 422.
+"""
+
+from __future__ import annotations
+
+import re
+
+# The control character an eaten escape leaves, the letter it ate, and the commands that letter starts.
+_EATEN = {
+    "\x0c": ("f", ("frac", "forall")),
+    "\x08": ("b", ("boxed", "binom", "beta", "bar", "bmatrix", "begin", "bigg", "big")),
+    "\t": ("t", ("times", "tfrac", "textbf", "textrm", "text", "theta", "tilde", "tan", "tau", "to")),
+    "\r": ("r", ("right", "rangle", "rfloor", "rceil", "rho", "rm")),
+    "\x07": ("a", ("alpha", "approx", "angle", "arcsin", "arccos", "arctan", "ast")),
+    "\x0b": ("v", ("vec", "varphi", "varepsilon", "vartheta", "vee", "vdots")),
+    "\n": ("n", ("neq", "ne", "nu", "not", "nabla", "neg", "nleq", "ngeq")),
+}
+
+
+def _escape_pattern(characters: str) -> re.Pattern[str]:
+    return re.compile(
+        "|".join(
+            re.escape(character)
+            + "(?:"
+            + "|".join(sorted((name[1:] for name in _EATEN[character][1]), key=len, reverse=True))
+            + ")"
+            for character in characters
+        )
+        + "(?![A-Za-z])"
+    )
+
+
+_ESCAPES = _escape_pattern("\x0c\x08\t\r\x07\x0b")
+_ESCAPES_AND_NEWLINE = _escape_pattern("\x0c\x08\t\r\x07\x0b\n")
+_BACKSLASH_RUN = re.compile(r"\\+")
+_DOUBLED_COMMAND = re.compile(r"(?<!\\)(?:\\\\)+(?=[A-Za-z])")
+
+
+def restore_escapes(text: str, newline: bool = False) -> str:
+    """Eaten escapes turned back into their commands; a newline only when asked (a solution's lines are
+    real newlines, so only a gold that does not parse has its "\\n" + "eq" read as \\neq)."""
+    pattern = _ESCAPES_AND_NEWLINE if newline else _ESCAPES
+    return pattern.sub(lambda match: "\\" + _EATEN[match.group()[0]][0] + match.group()[1:], text)
+
+
+def repair_gold(text: str) -> str:
+    """The gold with eaten escapes, doubled backslashes and an unbalanced end mended (see the module doc)."""
+    text = restore_escapes(text, newline=True)
+    doubled = "\\\\" in text and _DOUBLED_COMMAND.search(text) is not None
+    if doubled and all(len(run) % 2 == 0 for run in _BACKSLASH_RUN.findall(text)):
+        text = _BACKSLASH_RUN.sub(lambda run: "\\" * (len(run.group()) // 2), text)
+    return _mend_end(text)
+
+
+def _mend_end(text: str) -> str:
+    """Drop a lone trailing backslash and the closing braces at the end that close nothing."""
+    text = text.rstrip()
+    if text.endswith("\\") and not text.endswith("\\\\"):
+        text = text[:-1].rstrip()
+    depth, escaped = _depths(text)
+    while True:
+        if text.endswith("\\}") and escaped < 0:
+            text, escaped = text[:-2].rstrip(), escaped + 1
+        elif text.endswith("}") and not text.endswith("\\}") and depth < 0:
+            text, depth = text[:-1].rstrip(), depth + 1
+        else:
+            return text
+
+
+def _depths(text: str) -> tuple[int, int]:
+    """(depth of `{`/`}`, depth of `\\{`/`\\}`) at the end of text: negative when more close than open."""
+    depth = escaped = 0
+    index = 0
+    while index < len(text):
+        character = text[index]
+        if character == "\\" and index + 1 < len(text):
+            following = text[index + 1]
+            escaped += (following == "{") - (following == "}")
+            index += 2
+            continue
+        depth += (character == "{") - (character == "}")
+        index += 1
+    return depth, escaped
