@@ -35,7 +35,7 @@ def literal(text: str) -> Number:
         ("\\frac{10}{4}", Fraction(5, 2)), ("3/4", Fraction(3, 4)), ("1/2/2", Fraction(1, 4)),
         ("3\\frac{1}{2}", Fraction(7, 2)), ("3 1/2", Fraction(7, 2)), ("-3\\frac12", Fraction(-7, 2)),
         ("2\\frac{3}{2}", 3),  # not a proper fraction, so a product: 2·3/2
-        ("1,000,000", 10**6), ("1{,}000", 1000), ("1\\,000", 1000), ("12,345.5", Fraction(24691, 2)),
+        ("1,000,000", 10**6), ("1{,}000", 1000), ("1\\,000", 1000), ("1 000", 1000), ("10 455 000", 10455000), ("12,345.5", Fraction(24691, 2)),
         ("1.2e-4", Fraction(12, 100000)), ("1.2E-4", Fraction(12, 100000)), ("2e3", 2000),
         ("1.2\\times10^{-4}", Fraction(12, 100000)), ("1.2 \\cdot 10^{-4}", Fraction(12, 100000)),
         ("1.2*10^-4", Fraction(12, 100000)), ("3 x 4", 12),
@@ -153,7 +153,7 @@ def test_structures(text: str, op: str, rendered: str):
 
 @pytest.mark.parametrize(
     "text",
-    ["2 3", "1 000", "\\frac{1}", "(1, 2", "x +", "\\unknowncommand{3}", "3 @ 4", "\\begin{pmatrix}1 & 2\\\\3\\end{pmatrix}",
+    ["2 3", "1 00", "12 34", "\\frac{1}", "(1, 2", "x +", "\\unknowncommand{3}", "3 @ 4", "\\begin{pmatrix}1 & 2\\\\3\\end{pmatrix}",
      "\\begin{cases} 1 \\end{cases}", "5!!", "", "   "],
 )  # fmt: skip
 def test_rejected_as_parse_errors(text: str):

@@ -167,6 +167,9 @@ def _scalar_gold(gold: Scalar, answer: Value, policy: Policy) -> Match:
         return Match(False, "equation_for_value")
     if isinstance(answer, Items) and len(answer.items) == 1 and answer.shape in ("set", "list", "tuple"):
         return equivalent(gold, answer.items[0], policy)
+    if isinstance(answer, Items) and answer.decimal is not None:  # "2,74" against one number: 2.74
+        found = compare_scalars(gold, answer.decimal, policy)
+        return Match(found.ok, found.rule + "+decimal_comma")
     if isinstance(answer, Items):
         return Match(False, "several_values")
     if isinstance(answer, Ratio) and gold.rational is not None:
@@ -570,6 +573,9 @@ _MINUS_INFINITY = Scalar(Node("neg", (Node("const", (), "oo"),)), "-oo")
 
 
 def _items_gold(gold: Items, answer: Value, policy: Policy) -> Match:
+    if gold.decimal is not None and isinstance(answer, Scalar):  # a gold "1000,99" against one number
+        found = compare_scalars(gold.decimal, answer, policy)
+        return Match(found.ok, found.rule + "+decimal_comma")
     if gold.shape == "list" and _is_system(gold):
         # x = 1, y = 2: labelled answers match by label (below); bare values must come in the gold's order.
         members = _members(answer, ordered_ok=True)

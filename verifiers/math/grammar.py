@@ -12,7 +12,10 @@ as a tuple or an open interval, `f(x)` is a "call" that is a product in an expre
 left of an equation, and `a:b` is a ratio that values.py reads as a time of day when it looks like one.
 
 Conventions chosen where notation is ambiguous (each has a test):
-- `1,000,000`, `1{,}000` and `1\\,000` are one number; inside brackets `(1,100)` is a pair, not 1100.
+- `1,000,000`, `1{,}000`, `1\\,000` and `1 000` are one number (groups of exactly three digits after a
+  first group of one to three, not starting with 0; a space-separated group is not followed by `/`, so
+  `3 100/200` stays a mixed number); inside brackets `(1,100)` is a pair, not 1100. A decimal comma
+  (`1000,99`, `0,111`) is read in values.py, where the other side decides.
 - `1.2e-4` is 1.2×10⁻⁴ (never 1.2·e−4); `2e` is 2·e.
 - `\\frac12` takes one digit per argument (TeX's rule); `x^23` is x²³ (what plain text means).
 - `3\\frac{1}{2}` and `3 1/2` are mixed numbers (3½); `2 3` (two numbers side by side) is an error, not 6.
@@ -219,7 +222,7 @@ def _script_run(match: re.Match) -> str:
 _GROUP_SEP = r"(?:,|\{,\}|\\,|\\!|\\ |\\:|\\;|~)"
 _TOKEN = re.compile(
     r"(?P<ws>\s+|\\[,;:!> ]|~|\\(?:enspace|thinspace|medspace|thickspace|negthinspace)(?![A-Za-z]))"
-    r"|(?P<num>(?:[1-9]\d{0,2}(?:" + _GROUP_SEP + r"\d{3}(?!\d))+|\d+)"
+    r"|(?P<num>(?:[1-9]\d{0,2}(?:(?:" + _GROUP_SEP + r"\d{3}|[ \t]\d{3}(?!/))(?!\d))+|\d+)"
     r"(?:\.\d+|\.(?=\\overline|\\dot|\(|\\ldots|\\dots|\\cdots|\.\.\.))?(?:[eE][-+]?\d+(?![\d.]))?"
     r"|\.\d+(?:[eE][-+]?\d+(?![\d.]))?)"
     r"|(?P<text>\\(?:text|textrm|textnormal|textbf|textit|textsf|texttt|textup|textsc|mbox|hbox|mathrm"
@@ -232,7 +235,7 @@ _TOKEN = re.compile(
     r"|(?P<bad>.)",
     re.DOTALL,
 )
-_GROUP_SPLIT = re.compile(_GROUP_SEP)
+_GROUP_SPLIT = re.compile(_GROUP_SEP + "|[ \t]")
 
 
 class Token:

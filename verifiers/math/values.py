@@ -190,15 +190,20 @@ class Relation(Value):
 
 
 class Items(Value):
-    """A collection: "list" (bare a, b), "tuple", "pair" ((a, b): a tuple or an open interval), "set", "pm"."""
+    """A collection: "list" (bare a, b), "tuple", "pair" ((a, b): a tuple or an open interval), "set", "pm".
 
-    __slots__ = ("shape", "items")
+    `decimal`: for a bare `1000,99` or `0,111` (one comma between digits, no blank, not a thousands
+    grouping), the same text read with a decimal comma; equivalence.py uses it only against a single number.
+    """
+
+    __slots__ = ("shape", "items", "decimal")
     kind = "items"
 
-    def __init__(self, kind: str, items: tuple[Value, ...], raw: str = ""):
+    def __init__(self, kind: str, items: tuple[Value, ...], raw: str = "", decimal: Scalar | None = None):
         super().__init__(raw)
         self.shape = kind
         self.items = items
+        self.decimal = decimal
 
     def normalized(self) -> str:
         inner = ", ".join(item.normalized() for item in self.items)
@@ -334,9 +339,42 @@ _EDGE_PUNCT = " .,;:!?\"'`*_"
 def parse_value(text: str) -> Value:
     """Read one answer (or gold) into a typed value; raises ParseError or TooComplex."""
     try:
-        return _parse_value(text)
+        value = _parse_value(text)
+        if isinstance(value, Items) and value.shape == "list" and len(value.items) == 2:
+            value.decimal = _decimal_comma(prepare(text))
+        return value
     except RecursionError:  # the guards bound depth well below the limit; this is the last line of defence
         raise TooComplex("nesting too deep") from None
+
+
+# A number written with a decimal comma, then at most a unit or currency: "1000,99", "-1,5", "1\\,000,99",
+# "3,5 \\text{ cm}", "2,74 $" (the dollar sign was a math delimiter to prepare(), so only "2,74" is left).
+_DECIMAL_COMMA = re.compile(
+    r"(?P<sign>-?)(?P<whole>\d+(?:(?:\\[,! ]|\{,\}|[ ~])\d{3})*),(?P<fraction>\d+)"
+    r"(?P<rest>\s*(?:\\text\s*\{[^{}]*\}|\\mathrm\s*\{[^{}]*\}|[A-Za-z]{1,12}|\\?%|\\\$|€)?)"
+)
+_THOUSANDS_GROUP = re.compile(r"[1-9]\d{0,2}")
+
+
+def _decimal_comma(prepared: str) -> Scalar | None:
+    """The decimal-comma reading of a bare two-number list, or None. `1,234` is never one (three digits
+    after a comma that follows a one-to-three-digit group is a thousands separator, and the tokenizer reads it
+    so); a blank after the comma, brackets or a second comma make a list, never a decimal."""
+    match = _DECIMAL_COMMA.fullmatch(prepared)
+    if match is None:
+        return None
+    whole = _GROUP_SPLIT_CHARS.sub("", match.group("whole"))
+    if len(match.group("fraction")) == 3 and _THOUSANDS_GROUP.fullmatch(whole):
+        return None
+    reading = f"{match.group('sign')}{whole}.{match.group('fraction')}{match.group('rest')}"
+    try:
+        value = _parse_value(reading)
+    except ParseError:
+        return None
+    return value if isinstance(value, Scalar) else None
+
+
+_GROUP_SPLIT_CHARS = re.compile(r"\\[,! ]|\{,\}|[ ~]")
 
 
 def _parse_value(text: str) -> Value:
