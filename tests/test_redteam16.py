@@ -74,3 +74,66 @@ def test_a_judge_verifier_cut_off_with_no_content_is_judge_error(http, judge, ve
         "/v1/score", json={"verifier": verifier, "response": f"Paris cut {verifier}", "reference": reference}
     ).json()
     assert score["status"] == "judge_error" and score["reason"] == "judge_truncated", score
+
+
+# -- OpenAI graders: a string_check whose reference the item leaves empty or null passes wrong samples -------
+
+LIKE = {
+    "type": "string_check",
+    "name": "s",
+    "operation": "like",
+    "input": "{{sample.output_text}}",
+    "reference": "{{item.answer}}",
+}
+
+
+@pytest.mark.parametrize("operation", ["eq", "like", "ilike"])
+@pytest.mark.parametrize(
+    ("answer", "sample"),
+    [("", "any wrong answer"), ("", "<|im_end|>"), (None, "null"), (None, "the answer is null")],
+)
+def test_a_string_check_reference_the_item_leaves_empty_or_null_is_422_not_a_pass(operation, answer, sample):
+    # `like ""` holds for every sample, `eq ""` for the empty one (a bare end-of-turn token is cut to ""),
+    # and a null item value renders as the text "null", which a policy learns to write.
+    from fastapi.testclient import TestClient
+
+    from proctor.api.app import create_app
+
+    grader = {**LIKE, "operation": operation}
+    with TestClient(create_app()) as client:
+        for path in ("/v1/graders/run", "/v1/fine_tuning/alpha/graders/run"):
+            response = client.post(
+                path, json={"grader": grader, "model_sample": sample, "item": {"answer": answer}}
+            )
+            assert response.status_code == 422, response.text
+            assert response.json()["error"]["field"] in {"item", "grader.reference"}
+        score = client.post(
+            "/v1/score",
+            json={
+                "verifier": "openai.grader",
+                "response": sample,
+                "reference": {"grader": grader, "item": {"answer": answer}},
+            },
+        )
+        assert score.status_code == 422 or score.json()["reward"] == 0.0, score.text
+        if score.status_code != 422:
+            assert score.json()["status"] != "ok", score.text
+
+
+def test_a_literal_empty_reference_and_a_present_answer_still_grade():
+    from fastapi.testclient import TestClient
+
+    from proctor.api.app import create_app
+
+    with TestClient(create_app()) as client:
+        ne = {**LIKE, "operation": "ne", "reference": ""}  # a literal "": "the sample is not empty"
+        body = client.post("/v1/graders/run", json={"grader": ne, "model_sample": "x", "item": {}}).json()
+        assert body["reward"] == 1.0
+        body = client.post(
+            "/v1/graders/run", json={"grader": LIKE, "model_sample": "it is 42", "item": {"answer": 42}}
+        ).json()
+        assert body["reward"] == 1.0
+        body = client.post(
+            "/v1/graders/run", json={"grader": LIKE, "model_sample": "it is 41", "item": {"answer": "42"}}
+        ).json()
+        assert body["reward"] == 0.0

@@ -486,6 +486,32 @@ def render(template: str, item: Any, sample: str) -> str:
     return _TEMPLATE.sub(substitute, template)
 
 
+def reference_problem(template: str, item: Any) -> str | None:
+    """Why a string_check or text_similarity `reference` read from the item cannot be compared with, or None.
+
+    An {{item.…}} variable in it that is null would render as the text `null`, which a sample can write; one
+    that renders empty from the item alone passes every sample under `like`/`ilike` (`"" in text`), and under
+    `eq` the empty sample (a sample of a bare end-of-turn token is cut to ""). Either is the item's gap, never
+    a grade: a 422 naming `item`, as for a missing field. A literal reference (no variable) is the spec's own.
+    """
+    if _TEMPLATE.search(template) is None:
+        return None
+    for match in _TEMPLATE.finditer(template):
+        full = match.group(1)
+        namespace, _, path = full.partition(".")
+        if namespace == "item" and (_lookup(item, path, full) if path else item) is None:
+            return f"{{{{{full}}}}} is null: the item has no reference to compare with"
+    if not _reads_sample(template) and not render(template, item, "").strip():
+        return f"the reference {template!r} renders empty from the item: there is nothing to compare with"
+    return None
+
+
+def _check_reference(grader: StringCheckGrader | TextSimilarityGrader, item: Any) -> None:
+    problem = reference_problem(grader.reference, item)
+    if problem is not None:
+        raise RequestError(422, f"invalid_variable_error: {problem}", "item")
+
+
 def check_templates(grader: Any, field: str = "grader") -> None:
     """Every template variable names the item or sample namespace (a 422 naming the field otherwise)."""
     if isinstance(grader, MultiGrader):
@@ -660,7 +686,9 @@ async def _run_string_check(
     """string_check compares the rendered strings exactly as OpenAI does (string_check()): no extraction, no
     normalisation, no `</think>` reading. Not `text.match`: every verifier reads only what follows the last
     `</think>`, so `ne "Paris"` would pass `Paris</think>Rome` and `eq` would pass `London</think>Paris`. The
-    sample has had its end-of-turn tokens cut already (the routes and /v1/score do that for every verifier)."""
+    sample has had its end-of-turn tokens cut already (the routes and /v1/score do that for every verifier).
+    A reference the item leaves null or empty is a 422 (reference_problem), never a comparison."""
+    _check_reference(grader, item)
     text, reference = render(grader.input, item, sample), render(grader.reference, item, sample)
     outcome.reward = float(string_check(grader.operation, text, reference))
 
@@ -668,6 +696,7 @@ async def _run_string_check(
 async def _run_similarity(
     grader: TextSimilarityGrader, item: Any, sample: str, engine: Engine, outcome: Outcome
 ) -> None:
+    _check_reference(grader, item)
     text, reference = render(grader.input, item, sample), render(grader.reference, item, sample)
     if not reference.strip():
         raise RequestError(422, "the rendered reference is empty", "grader.reference")
@@ -976,6 +1005,8 @@ def check_item_variables(grader: Any, item: Any, field: str = "grader") -> None:
                     _lookup(item, path, full)
                 except TemplateError as exc:
                     raise RequestError(422, f"invalid_variable_error: {exc}", "item") from None
+    if isinstance(grader, (StringCheckGrader, TextSimilarityGrader)):
+        _check_reference(grader, item)
 
 
 class GraderReference(BaseModel):
