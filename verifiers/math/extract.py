@@ -93,7 +93,8 @@ _ANCHOR = re.compile(
     r"|\bfinal[ \t]{1,16}answer[ \t]{0,16}(?:(?:\*\*|__)[ \t#]{0,16})?(?=\r?\n|$)"
     r"|(?<!#)####(?!#)(?=[ \t]{0,16}[-−$\\]?\d)"  # GSM8K's "#### 42" (not a "#### Step 1" heading)
     # "Answer $9$", "**Answer** \\[ 9 \\]": a line that starts with the word and goes straight into math.
-    r"|(?:^|(?<=\n))[ \t#*_>]{0,8}(?:final[ \t]{1,16})?answer[ \t*_]{0,16}(?=\$|\\\[|\\\()",
+    r"|(?:^|(?<=\n))[ \t#*_>]{0,8}(?:final[ \t]{1,16})?answer[ \t*_]{0,16}(?=\$|\\\[|\\\()"
+    r"|(?:最终|最后的?)?答案[ \t]{0,4}(?:[为是][ \t]{0,4}[:：]?|[:：])",  # "所以答案为 9。", "最终答案是：9"
     re.IGNORECASE,
 )
 _ANCHOR_LEAD = re.compile(r"[ \t]*(?:[:：][ \t]*)?")
@@ -123,7 +124,7 @@ _NUMBER = re.compile(
 
 _OPERATORS_BEFORE = frozenset("^_*/×÷·+-−")
 _OPERATORS_AFTER = frozenset("^_*/×÷·+!")
-_TRAILING_PUNCTUATION = ".,;:"
+_TRAILING_PUNCTUATION = ".,;:。，；："
 _DOLLAR = re.compile(r"(?<!\\)\$")
 _PUNCTUATION_ONLY = re.compile(r"[\s.,;:!?…'\"`*_#~-]*")
 _CONTENT_FREE_MAX = 400
@@ -166,6 +167,10 @@ def extract_answer(response: str, mode: Literal["anchored", "lenient"] = "anchor
     """The final answer(s) a response commits to: boxes, else anchors, else (lenient mode) the last expression."""
     text = final_part(response)
     found = _from_boxes(text)
+    if found is not None and found.candidates and not found.oversized:
+        later = _anchor_after_boxes(text)
+        if later is not None:
+            found = later
     if found is None:
         found = _from_anchors(text)
     if found is None:
@@ -332,6 +337,41 @@ def _co_committed(text: str, box: _Box) -> _Box | None:
     if _CONNECTOR_TEXT.fullmatch(gap) is None:
         return None
     return previous
+
+
+def _anchor_after_boxes(text: str) -> Extracted | None:
+    """An explicit final-answer anchor after the last box, stating something mathematical ("... \\boxed{8}
+    ... Final Answer: The final answer is $9$."): a later statement corrects an earlier box, as a later box
+    does. An anchor that only points back ("The answer is boxed above.") leaves the box in charge."""
+    marker = _last_marker(text)
+    anchor = _last_anchor(text)
+    if marker is None or anchor is None or anchor.start() < marker.start():
+        return None
+    box = _read_box(text, marker, MAX_BOX_SCAN)
+    if box is None or anchor.start() < box.end:
+        return None
+    found = _from_anchors_phrase(text[box.end :])
+    if found is None or found.oversized or not all(_MATHY.search(c) for c in found.candidates):
+        return None
+    return found
+
+
+def every_box(response: str) -> tuple[str, ...]:
+    """The contents of every top-level box of the final part, in order (at most MAX_CANDIDATES + 1; boxes
+    inside a box are part of it). For a multi-part gold: "(1) ... \\boxed{35} ... (2) ... \\boxed{4}"."""
+    text = final_part(response)
+    contents: list[str] = []
+    position = 0
+    for _ in range(MAX_CANDIDATES + 1):
+        marker = _BOX_MARKER.search(text, position)
+        if marker is None:
+            break
+        box = _read_box(text, marker, MAX_CANDIDATE_CHARS + 1)
+        if box is None or box.length > MAX_CANDIDATE_CHARS:
+            return ()
+        contents.append(_clean(_BOX_MARKER.sub("", _clean(text[box.content_start : box.content_end]))))
+        position = box.end
+    return tuple(contents)
 
 
 def _gold_boxes(text: str) -> str:

@@ -96,3 +96,18 @@ def _depths(text: str) -> tuple[int, int]:
         depth += (character == "{") - (character == "}")
         index += 1
     return depth, escaped
+
+
+# "\text{(1) } a_n=2n-1;\ \text{(2) } S_n=n^2": part numbers of a multi-part gold, at the start or after a
+# separator. They name the parts; the values are what a response is compared with.
+_PART_LABEL = re.compile(
+    r"(?:^|(?<=[;,]))(?:\s|\\[ ,;:]|\\q?quad)*"
+    r"(?:\\text(?:bf)?\s*\{\s*\(?(?:[1-9]|[a-h]|i{1,3}|iv)\)\s*\}|\((?:[1-9]|i{1,3}|iv)\)(?=\s))"
+)
+
+
+def drop_part_labels(gold: str) -> str:
+    """A multi-part gold without its part numbers: `\\text{(1) } 3; \\text{(2) } 5` -> `3; 5` (a gold that is
+    only `(1)` keeps it: that is a value)."""
+    dropped = _PART_LABEL.sub("", gold).strip()
+    return dropped if dropped and dropped != gold.strip() and _PART_LABEL.search(gold) else gold

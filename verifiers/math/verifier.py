@@ -22,6 +22,7 @@ responses shares one gold), and plain numbers are compared as Fractions without 
 from __future__ import annotations
 
 import math
+import re
 from fractions import Fraction
 from functools import lru_cache
 from typing import Any, ClassVar, Literal
@@ -32,10 +33,10 @@ from proctor.contract import Status, Verdict
 from proctor.registry import BaseOptions, Example, VerifierSpec, register_verifier
 from proctor.verifiers.answers import AnswerReference, graded, unanswered
 from proctor.verifiers.math.equivalence import Policy, assignment, equivalent
-from proctor.verifiers.math.extract import extract_answer, extract_gold
+from proctor.verifiers.math.extract import Extracted, every_box, extract_answer, extract_gold
 from proctor.verifiers.math.grammar import Node
 from proctor.verifiers.math.guards import ParseError, TooComplex
-from proctor.verifiers.math.repair import repair_gold, restore_escapes
+from proctor.verifiers.math.repair import drop_part_labels, repair_gold, restore_escapes
 from proctor.verifiers.math.values import (
     Items,
     Relation,
@@ -126,7 +127,7 @@ def gold_value(reference: str) -> Value:
     Escapes a dataset's string handling ate are restored first; a gold that still does not parse is mended
     as repair.py describes (doubled backslashes, an unbalanced end) and parsed again, so a gold a human reads
     without doubt is never refused, and one damaged beyond repair is still a 422 with the first error."""
-    answer = extract_gold(restore_escapes(reference))
+    answer = drop_part_labels(extract_gold(restore_escapes(reference)))
     try:
         return check_value(parse_value(answer))
     except ParseError:
@@ -149,7 +150,7 @@ def score_math(response: str, reference: MathReference, options: MathOptions) ->
         gold = gold_value(reference.answer)
     except (ValueError, TooComplex) as exc:
         return Verdict.failure(Status.verifier_error, "bad_reference", error=str(exc))
-    extracted = extract_answer(response, options.extraction)
+    extracted = _parts_in_boxes(response, extract_answer(response, options.extraction), gold)
     details: dict[str, Any] = {
         "extracted": [clip(candidate) for candidate in extracted.candidates],
         "method": extracted.method,
@@ -163,7 +164,7 @@ def score_math(response: str, reference: MathReference, options: MathOptions) ->
         details["rule"] = "oversized"
         return graded(False, details, "too_complex")
     try:
-        return _judge(gold, extracted.candidates, options, details)
+        return _judge(gold, extracted.candidates, options, details, extracted.method)
     except TooComplex as exc:
         details["rule"] = f"guard: {exc}"
         return graded(False, details, "too_complex")
@@ -172,8 +173,31 @@ def score_math(response: str, reference: MathReference, options: MathOptions) ->
         return graded(False, details, "too_complex")
 
 
+def _parts_in_boxes(response: str, extracted: Extracted, gold: Value) -> Extracted:
+    """A gold of k parts (a list, tuple or set of k >= 2 items) answered part by part in exactly k boxes,
+    with text between them ("(1) ... \\boxed{35} cm ... (2) ... \\boxed{4}"): those k boxes, in order. Any
+    other number of boxes keeps the last box and the boxes co-committed with it, so a spray of candidates
+    that covers the gold is still a hedge against a single-valued gold and never a collection of its own."""
+    if not isinstance(gold, Items) or len(gold.items) < 2 or extracted.method != "boxed":
+        return extracted
+    if extracted.oversized or len(extracted.candidates) >= len(gold.items):
+        return extracted
+    boxes = every_box(response)
+    if len(boxes) != len(gold.items) or not all(boxes):
+        return extracted
+    # A response that numbers its parts ("(1)", "(a)", "Part 2") states their order: compared in order.
+    ordered = len({mark.group(1).lower() for mark in _PART_MARK.finditer(response)}) >= 2
+    return Extracted(boxes, "boxed_parts_ordered" if ordered else "boxed_parts", False)
+
+
+_PART_MARK = re.compile(
+    r"(?:^|(?<=\s)|(?<=\*\*))(?:part\s*)?\(?((?<!\w)(?:[a-h]|[1-9]|i{1,3}|iv|v|vi{1,3}))[).](?=\s|\*\*)",
+    re.IGNORECASE,
+)
+
+
 def _judge(
-    gold: Value, candidates: tuple[str, ...], options: MathOptions, details: dict[str, Any]
+    gold: Value, candidates: tuple[str, ...], options: MathOptions, details: dict[str, Any], method: str
 ) -> Verdict:
     policy = policy_of(options)
     answers: list[Value | None] = []
@@ -182,6 +206,13 @@ def _judge(
             answers.append(check_value(parse_value(candidate)))
         except ParseError:
             answers.append(None)
+    if method == "boxed_parts_ordered" and isinstance(gold, Items):
+        matches = [
+            answer is not None and equivalent(part, answer, policy).ok
+            for part, answer in zip(gold.items, answers, strict=True)
+        ]
+        details["rule"] = "parts_in_order"
+        return graded(all(matches), details, "wrong_answer")
     answer = _commit(gold, answers, candidates, policy)
     if answer is None:
         if len(candidates) > 1:

@@ -1,0 +1,56 @@
+"""Multi-part answers in several boxes, told apart from hedging; a later anchor corrects an earlier box."""
+
+from __future__ import annotations
+
+import pytest
+
+from proctor.verifiers.math.repair import drop_part_labels
+from proctor.verifiers.math.verifier import MathOptions, MathReference, score_math
+
+
+def reward(response: str, gold: str) -> float:
+    """The math reward of a response against a gold, default options."""
+    return score_math(response, MathReference(answer=gold), MathOptions()).reward
+
+
+@pytest.mark.parametrize(
+    ("response", "gold", "expected"),
+    [
+        ("(1) The radius is $\\boxed{35 \\text{ cm}}$.\n\n(2) There are $\\boxed{4}$ tangents.", "35 \\text{ cm}, 4", 1),
+        ("(1) $\\boxed{4}$\n(2) $\\boxed{35 \\text{ cm}}$", "35 \\text{ cm}, 4", 0),  # numbered parts, swapped
+        ("(a) $\\boxed{12}$ (b) $\\boxed{5}$ (c) $\\boxed{7}$", "12, 5, 7", 1),
+        ("(a) $\\boxed{12}$ (b) $\\boxed{7}$ (c) $\\boxed{5}$", "12, 5, 7", 0),
+        ("so $x = \\boxed{2}$ and then $x = \\boxed{-3}$.", "2, -3", 1),  # roots: a set, any order
+        ("so $x = \\boxed{-3}$ and then $x = \\boxed{2}$.", "2, -3", 1),
+        ("$x = \\boxed{1}$, $y = \\boxed{2}$.", "(1, 2)", 1),
+        ("(1) $\\boxed{a_n = 2n-1}$\n\n(2) $\\boxed{S_n = n^2}$", "\\text{(1) } a_n=2n-1;\\ \\text{(2) } S_n=n^2", 1),
+        # hedging is still hedging: more boxes than parts, or several boxes for one value
+        ("It is $\\boxed{2}$, maybe $\\boxed{-3}$, or $\\boxed{5}$.", "2, -3", 0),
+        ("Try $\\boxed{2}$. Hmm, or it is $\\boxed{3}$.", "3", 1),  # a later box corrects an earlier one
+        ("$\\boxed{3}$ and also possibly $\\boxed{4}$", "3", 0),
+        ("first $\\boxed{2}$, second $\\boxed{2}$", "2, -3", 0),
+    ],
+)  # fmt: skip
+def test_parts_in_boxes(response: str, gold: str, expected: int) -> None:
+    assert reward(response, gold) == expected
+
+
+@pytest.mark.parametrize(
+    ("response", "gold", "expected"),
+    [
+        ("So $\\boxed{8}$. But that missed a case.\n\nFinal Answer: The final answer is $9$. I hope it is correct.", "9", 1),
+        ("So $\\boxed{8}$. But that missed a case.\n\nFinal Answer: The final answer is $9$. I hope it is correct.", "8", 0),
+        ("The total is $\\boxed{42}$.\n\nThe answer is boxed above.", "42", 1),  # an anchor pointing back
+        ("所以答案为 9。", "9", 1),
+        ("最终答案是：$\\frac{1}{2}$", "0.5", 1),
+    ],
+)  # fmt: skip
+def test_a_later_anchor_and_other_anchors(response: str, gold: str, expected: int) -> None:
+    assert reward(response, gold) == expected
+
+
+def test_part_labels_are_dropped_from_golds_only_where_they_label_parts() -> None:
+    assert drop_part_labels("(1) 3; (2) 5") == "3; 5"
+    assert drop_part_labels("(1)") == "(1)"
+    assert drop_part_labels("(1, 2)") == "(1, 2)"
+    assert drop_part_labels("f(1) = 2") == "f(1) = 2"
