@@ -808,6 +808,18 @@ reply = value if value is None or math.isfinite(value) else None""",
 )
 
 
+def _input_json(given: dict[str, Any]) -> str:
+    """python_job's input.json: UTF-8 as written, unless the sample or item holds a lone surrogate (a JSON body may
+    send `"\\ud800"`), which no UTF-8 file can hold: then escaped (ensure_ascii), so grade() still reads the
+    text as sent instead of the job failing to be written (a sandbox_error, a 503 that masks the sample)."""
+    text = json.dumps(given, ensure_ascii=False)
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return json.dumps(given)
+    return text
+
+
 def python_job(source: str, item: Any, sample: str, nonce: str = "") -> Job:
     """The sandbox job that runs a python grader's grade(sample, item): `sample` has `output_text` and
     `output_json` (the sample parsed as JSON, or None when it is not JSON); `item` is the dataset item. The
@@ -822,7 +834,7 @@ def python_job(source: str, item: Any, sample: str, nonce: str = "") -> Job:
         files=[
             File(path="harness.py", content=_PYTHON_HARNESS),
             File(path="grader.py", content=source),
-            File(path="input.json", content=json.dumps(given, ensure_ascii=False)),
+            File(path="input.json", content=_input_json(given)),
         ],
         commands=[
             Command(
