@@ -245,6 +245,26 @@ x + y > 3 | y > 3 - x | 1
 x + y > 3 | x + y < 3 | 0
 x + y \ge 3 | -x - y \le -3 | 1
 x \neq 3 | x \ne 3 | 1
+# a sign is no work left undone; a coefficient is (issue 17)
+x < 1 | -x > -1 | 1
+x < 1 | -x < -1 | 0
+x \le 2 | -x \ge -2 | 1
+x \le 2 | -2x \ge -4 | 0
+-2x \ge -4 | x \le 2 | 1
+5 - 2x \ge 1 | x \le 2 | 1
+5 - 2x \ge 1 | x \ge 2 | 0
+-1 < 2x + 1 \le 3 | -1 < x \le 1 | 1
+3 > x > 1 | (1, 3) | 1
+0 < f(x) < 1 | (0, 1) | 1
+(0, 1) | 0 < f(x) < 1 | 1
+# bounds on |x|: the real solution set
+1 \le |z| \le \frac32 | [-\frac32, -1] \cup [1, \frac32] | 1
+[-\frac32, -1] \cup [1, \frac32] | 1 \le |z| \le \frac32 | 1
+1 \le |z| \le \frac32 | [1, \frac32] | 0
+(-2, -1) \cup (1, 2) | 1 \le |x| < 2 | 0
+(-2, 2) | |x| < 2 | 1
+[-2, 2] | |x| < 2 | 0
+(-\infty, -2) \cup (2, \infty) | |x| > 2 | 1
 """
 
 COLLECTIONS = r"""

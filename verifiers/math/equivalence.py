@@ -27,7 +27,8 @@ from typing import Literal
 
 import mpmath
 
-from proctor.verifiers.math.grammar import Node, Number
+from proctor.verifiers.math.grammar import Node, Number, to_text
+from proctor.verifiers.math.linear import solve_for
 from proctor.verifiers.math.values import (
     PRECISE_DPS,
     PRECISE_POINTS,
@@ -440,9 +441,14 @@ def _relation_gold(gold: Relation, answer: Value, policy: Policy) -> Match:
         return _assignment_gold(solved, answer, policy)
     if all(op == "=" for op in gold.ops) and not any(side.symbols for side in gold.sides):
         return equivalent(gold.sides[-1], answer, policy)  # "2 + 3 = 5" as a gold means 5
-    interval = relation_interval(gold)
+    interval = relation_interval(gold, solve=True)
     if interval is not None:
         return _interval_gold(interval, answer, policy)
+    band = abs_band(gold)
+    if isinstance(band, SetOp):
+        return _setop_gold(band, answer, policy)
+    if isinstance(band, Interval):
+        return _interval_gold(band, answer, policy)
     if not isinstance(answer, Relation):
         return Match(False, "equation_needs_equation")
     if gold.ops == ("!=",) and answer.ops == ("!=",):
@@ -534,8 +540,10 @@ def _proportional(gold: Relation, answer: Relation, positive: bool, rule: str) -
         return Match(abs(y1 - factor * x1) <= PRECISE_REL_TOL * max(abs(y1), abs(factor * x1)) + TINY, rule)
 
 
-def relation_interval(relation: Relation) -> Interval | None:
-    """The interval a solved inequality describes: x > 3 -> (3, oo); -1 < x <= 2 -> (-1, 2]; else None."""
+def relation_interval(relation: Relation, solve: bool = False) -> Interval | None:
+    """The interval a solved inequality describes: x > 3 -> (3, oo); -1 < x <= 2 -> (-1, 2]; -x > -1 -> (-oo, 1)
+    (a sign is no work left undone); else None. With `solve` (a gold, which is trusted), any one-variable
+    linear inequality: 5 - 2x >= 1 -> (-oo, 2]. An answer's `2x > 6` is the question, not its solution."""
     ops = relation.ops
     sides = relation.sides
     if not ops or any(op in ("=", "!=", "in") for op in ops):
@@ -543,26 +551,63 @@ def relation_interval(relation: Relation) -> Interval | None:
     if len(ops) == 1:
         left, right = sides
         op = ops[0]
-        if left.node.op == "sym" and not right.symbols:
-            variable, bound = left, right
-        elif right.node.op == "sym" and not left.symbols:
-            variable, bound = right, left
-            op = {"<": ">", ">": "<", "<=": ">=", ">=": "<="}[op]
+        if right.symbols and not left.symbols:  # 3 > x reads x < 3
+            left, right, op = right, left, _MIRROR[op]
+        if _is_range_label(left.node) and not right.symbols:
+            bound = right
         else:
-            return None
-        del variable
+            # -x > -1 is x < 1; 5 - 2x >= 1 is x <= 2 (a negative coefficient turns the relation round).
+            solved = _solve(left, right, solve)
+            if solved is None:
+                return None
+            bound, sign = solved
+            if sign < 0:
+                op = _MIRROR[op]
         if op in (">", ">="):
             return Interval(bound, _INFINITY, op == ">", True, relation.raw)
         return Interval(_MINUS_INFINITY, bound, True, op == "<", relation.raw)
     if len(ops) == 2:
         low, middle, high = sides
-        if middle.node.op != "sym" or low.symbols or high.symbols:
+        if low.symbols or high.symbols:
             return None
-        if ops[0] in ("<", "<=") and ops[1] in ("<", "<="):
+        if ops[0] in (">", ">=") and ops[1] in (">", ">="):  # 3 > x > 1 reads 1 < x < 3
+            low, high, ops = high, low, (_MIRROR[ops[1]], _MIRROR[ops[0]])
+        if not (ops[0] in ("<", "<=") and ops[1] in ("<", "<=")):
+            return None
+        if _is_range_label(middle.node):
             return Interval(low, high, ops[0] == "<", ops[1] == "<", relation.raw)
-        if ops[0] in (">", ">=") and ops[1] in (">", ">="):
-            return Interval(high, low, ops[1] == ">", ops[0] == ">", relation.raw)
+        lower, upper = (
+            _solve(middle, low, solve),
+            _solve(middle, high, solve),
+        )  # -1 < 2x + 1 <= 3: -1 < x <= 1
+        if lower is None or upper is None:
+            return None
+        if lower[1] > 0:
+            return Interval(lower[0], upper[0], ops[0] == "<", ops[1] == "<", relation.raw)
+        return Interval(upper[0], lower[0], ops[1] == "<", ops[0] == "<", relation.raw)
     return None
+
+
+_MIRROR = {"<": ">", ">": "<", "<=": ">=", ">=": "<="}
+
+
+def _is_range_label(node: Node) -> bool:
+    """A variable, or a function applied to variables (`0 < f(x) < 1` is the range (0, 1))."""
+    return node.op == "sym" or (node.op == "call" and all(arg.op == "sym" for arg in node.args))
+
+
+def _solve(side: Scalar, other: Scalar, solve: bool) -> tuple[Scalar, int] | None:
+    """`side OP other` with side linear in its one variable: (the bound, the coefficient's sign); without
+    `solve`, only a side that is the variable with a minus sign (-x)."""
+    if len(side.symbols) != 1 or other.symbols or side.unit or other.unit or side.percent or other.percent:
+        return None
+    if not solve and not (side.node.op == "neg" and side.node.args[0].op == "sym"):
+        return None
+    solved = solve_for(side.node, other.node, next(iter(side.symbols)))
+    if solved is None:
+        return None
+    bound, sign = solved
+    return Scalar(bound, to_text(bound)), sign
 
 
 _INFINITY = Scalar(Node("const", (), "oo"), "oo")
@@ -668,7 +713,11 @@ def _as_interval(answer: Value) -> Interval | None:
     if isinstance(answer, Interval):
         return answer
     if isinstance(answer, Relation):
-        return relation_interval(answer)
+        interval = relation_interval(answer)
+        if interval is None:
+            band = abs_band(answer)
+            interval = band if isinstance(band, Interval) else None
+        return interval
     if isinstance(answer, Items) and answer.shape == "pair":
         lo, hi = answer.items
         return Interval(lo, hi, True, True, answer.raw)  # type: ignore[arg-type]
@@ -687,7 +736,47 @@ def _interval_gold(gold: Interval, answer: Value, policy: Policy) -> Match:
     return Match(ok, "interval")
 
 
+def abs_band(relation: Relation) -> SetOp | Interval | None:
+    """The real solution set of a bound on |x|: 1 <= |x| <= 3/2 is [-3/2, -1] ∪ [1, 3/2], |x| < 2 is (-2, 2),
+    |x| > 2 is (-oo, -2) ∪ (2, oo); None for any other relation (or a lower bound that is not a nonnegative
+    rational, where the set is not two bands)."""
+    ops, sides = relation.ops, relation.sides
+    if len(ops) == 2 and ops[0] in ("<", "<=") and ops[1] in ("<", "<="):
+        low, middle, high = sides
+        lo_open, hi_open = ops[0] == "<", ops[1] == "<"
+    elif len(ops) == 2 and ops[0] in (">", ">=") and ops[1] in (">", ">="):
+        high, middle, low = sides
+        lo_open, hi_open = ops[1] == ">", ops[0] == ">"
+    elif len(ops) == 1 and ops[0] in ("<", "<=", ">", ">="):
+        middle, bound = sides
+        if ops[0] in ("<", "<="):
+            low, high, lo_open, hi_open = _ZERO_SCALAR, bound, False, ops[0] == "<"
+        else:
+            low, high, lo_open, hi_open = bound, _INFINITY, ops[0] == ">", True
+    else:
+        return None
+    node = middle.node
+    if not (node.op == "func" and node.value == "abs" and node.args and node.args[0].op == "sym"):
+        return None
+    if low.symbols or high.symbols or low.rational is None or low.rational < 0:
+        return None
+    upper = Interval(low, high, lo_open, hi_open, relation.raw)
+    negative_high = Scalar(Node("neg", (high.node,)), "-" + high.raw)
+    negative_low = Scalar(Node("neg", (low.node,)), "-" + low.raw)
+    if low.rational == 0 and not lo_open:  # |x| <= 2: one band through 0
+        return Interval(negative_high, high, hi_open, hi_open, relation.raw)
+    lower = Interval(negative_high, negative_low, hi_open, lo_open, relation.raw)
+    return SetOp("union", (lower, upper), relation.raw)
+
+
+_ZERO_SCALAR = Scalar(Node("num", (), Number(Fraction(0), "0", "int")), "0")
+
+
 def _setop_gold(gold: SetOp, answer: Value, policy: Policy) -> Match:
+    if isinstance(answer, Relation):
+        band = abs_band(answer)
+        if band is not None:
+            answer = band
     if isinstance(answer, SetOp):
         if answer.op != gold.op:
             return Match(False, "set_operation")
