@@ -54,3 +54,19 @@ def test_part_labels_are_dropped_from_golds_only_where_they_label_parts() -> Non
     assert drop_part_labels("(1)") == "(1)"
     assert drop_part_labels("(1, 2)") == "(1, 2)"
     assert drop_part_labels("f(1) = 2") == "f(1) = 2"
+
+
+def test_one_leading_number_in_brackets_is_a_factor_not_a_part() -> None:
+    """MATH's gold "(2) (x+2) (x-2)": 2(x+2)(x-2), never (x+2)(x-2)."""
+    assert drop_part_labels("(2) (x+2) (x-2)") == "(2) (x+2) (x-2)"
+    assert reward("\\boxed{2(x+2)(x-2)}", "(2) (x+2) (x-2)") == 1
+    assert reward("\\boxed{(x+2)(x-2)}", "(2) (x+2) (x-2)") == 0
+
+
+def test_a_later_anchor_that_is_no_answer_leaves_the_box_in_charge() -> None:
+    response = (
+        "so there are $56 \\cdot 10 = \\boxed{560}$ sequences.\nBy stars and bars, the answer is "
+        "${{2+4-1}\\choose2}$ * ${{5+4-1}\\choose5}$ =560"
+    )
+    assert reward(response, "560") == 1
+    assert reward(response.replace("boxed{560}", "boxed{561}"), "560") == 0

@@ -152,6 +152,9 @@ class Extracted:
     method: str
     content_free: bool
     oversized: bool = False
+    fallback: tuple[str, ...] = ()
+    """For a later anchor that corrects an earlier box: the box's candidates, used when the anchored text is
+    not an answer the grammar can read (a human page's "the answer is ${{2+4-1}\\choose2}$ * ... =560")."""
 
 
 _NOTHING = Extracted((), "none", False)
@@ -170,7 +173,7 @@ def extract_answer(response: str, mode: Literal["anchored", "lenient"] = "anchor
     if found is not None and found.candidates and not found.oversized:
         later = _anchor_after_boxes(text)
         if later is not None:
-            found = later
+            found = Extracted(later.candidates, later.method, False, False, found.candidates)
     if found is None:
         found = _from_anchors(text)
     if found is None:

@@ -107,7 +107,9 @@ _PART_LABEL = re.compile(
 
 
 def drop_part_labels(gold: str) -> str:
-    """A multi-part gold without its part numbers: `\\text{(1) } 3; \\text{(2) } 5` -> `3; 5` (a gold that is
-    only `(1)` keeps it: that is a value)."""
+    """A multi-part gold without its part numbers: `\\text{(1) } 3; \\text{(2) } 5` -> `3; 5`. At least two
+    part numbers are needed: `(2) (x+2) (x-2)` is a product and `(1)` a value."""
+    if len(_PART_LABEL.findall(gold)) < 2:  # "(2)(x+2)(x-2)": one leading "(2)" is a factor, not part 2
+        return gold
     dropped = _PART_LABEL.sub("", gold).strip()
-    return dropped if dropped and dropped != gold.strip() and _PART_LABEL.search(gold) else gold
+    return dropped or gold

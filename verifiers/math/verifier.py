@@ -164,13 +164,23 @@ def score_math(response: str, reference: MathReference, options: MathOptions) ->
         details["rule"] = "oversized"
         return graded(False, details, "too_complex")
     try:
-        return _judge(gold, extracted.candidates, options, details, extracted.method)
+        return _judge(gold, extracted, options, details)
     except TooComplex as exc:
         details["rule"] = f"guard: {exc}"
         return graded(False, details, "too_complex")
     except RecursionError:  # a tree the guards let through but Python's stack could not: still the answer's
         details["rule"] = "guard: recursion"
         return graded(False, details, "too_complex")
+
+
+def _parsed(candidates: tuple[str, ...]) -> list[Value | None]:
+    answers: list[Value | None] = []
+    for candidate in candidates:
+        try:
+            answers.append(check_value(parse_value(candidate)))
+        except ParseError:
+            answers.append(None)
+    return answers
 
 
 def _parts_in_boxes(response: str, extracted: Extracted, gold: Value) -> Extracted:
@@ -196,16 +206,13 @@ _PART_MARK = re.compile(
 )
 
 
-def _judge(
-    gold: Value, candidates: tuple[str, ...], options: MathOptions, details: dict[str, Any], method: str
-) -> Verdict:
+def _judge(gold: Value, extracted: Extracted, options: MathOptions, details: dict[str, Any]) -> Verdict:
     policy = policy_of(options)
-    answers: list[Value | None] = []
-    for candidate in candidates:
-        try:
-            answers.append(check_value(parse_value(candidate)))
-        except ParseError:
-            answers.append(None)
+    candidates, method, fallback = extracted.candidates, extracted.method, extracted.fallback
+    answers = _parsed(candidates)
+    if fallback and all(answer is None for answer in answers):
+        candidates, answers = fallback, _parsed(fallback)  # a later anchor that is no answer: the box stands
+        details["extracted"] = [clip(candidate) for candidate in candidates]
     if method == "boxed_parts_ordered" and isinstance(gold, Items):
         matches = [
             answer is not None and equivalent(part, answer, policy).ok
