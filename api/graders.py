@@ -10,6 +10,7 @@ to pick an allowed judge.
 
 from __future__ import annotations
 
+import json
 import time
 from typing import Any
 
@@ -20,7 +21,7 @@ from starlette.responses import Response
 from proctor.api.rendering import json_response
 from proctor.api.responses import error_responses, server_validated
 from proctor.api.state import ServiceState, get_state
-from proctor.contract import MAX_NESTING, check_nesting
+from proctor.contract import MAX_NESTING, RequestError, check_nesting
 from proctor.end_of_turn import cut_end_of_turn
 from proctor.verifiers.openai_grader import (
     JudgeOverride,
@@ -89,12 +90,30 @@ _VALIDATE_ROUTE: dict[str, Any] = {
 }
 
 
+def _check_encodable(value: Any, field: str) -> None:
+    """422 naming the field when its text holds a lone surrogate (a JSON body may send `"\\ud800"`): no judge
+    call, sandbox file or response can carry it in UTF-8, so grading it would fail as a 500 or a sandbox error."""
+    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+    if text.isascii():
+        return
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise RequestError(
+            422,
+            f"invalid {field}: holds a lone surrogate (U+D800 to U+DFFF), which UTF-8 cannot encode",
+            field,
+        ) from None
+
+
 async def _run(body: RunRequest, state: ServiceState, sdk: bool) -> Response:
     started = time.perf_counter()
     # The body's data fields nest at most MAX_NESTING levels, as in /v1/score: deeper ones would reach
     # recursive code (pydantic's serializer, json.dumps of a template value) as a 500.
     for field in ("grader", "item", "reference_answer"):
         check_nesting(getattr(body, field), field, MAX_NESTING)
+    for field in ("model_sample", "grader", "item", "reference_answer"):
+        _check_encodable(getattr(body, field), field)
     grader = parse_grader(body.grader)
     check_templates(grader)
     item = (

@@ -232,6 +232,7 @@ def build_job(body: RunCodeRequest, maxima: Maxima | None = None) -> Job:
     this process's settings).
     """
     maxima = maxima or Maxima.from_settings()
+    _check_text(body)
     for field, value, maximum, unit in (
         ("compile_timeout", body.compile_timeout, maxima.cpu_s, "CPU seconds"),
         ("run_timeout", body.run_timeout, maxima.cpu_s, "CPU seconds"),
@@ -270,6 +271,33 @@ def build_job(body: RunCodeRequest, maxima: Maxima | None = None) -> Job:
         env=language.env(memory_mb),
         fetch=_fetch_paths(body.fetch_files),
     )
+
+
+def _unencodable(text: str) -> bool:
+    """Whether a text holds a lone surrogate (a JSON body may send `"\\ud800"`): no UTF-8 file, program or
+    stdin can hold it."""
+    if text.isascii():
+        return False
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
+
+
+def _check_text(body: RunCodeRequest) -> None:
+    """422 naming the field for a lone surrogate in the code, stdin or a path: the job could not be written,
+    which would otherwise be a SandboxError (a machinery failure) or a 500, never the request's own fault."""
+    fields = [("code", body.code), ("stdin", body.stdin or "")]
+    fields += [(f"files.{path}", path) for path in body.files]
+    fields += [(f"fetch_files.{i}", path) for i, path in enumerate(body.fetch_files)]
+    for field, text in fields:
+        if _unencodable(text):
+            raise RequestError(
+                422,
+                f"invalid {field}: holds a lone surrogate (U+D800 to U+DFFF), which UTF-8 cannot encode",
+                field,
+            )
 
 
 def _request_files(files: dict[str, str | None], reserved: str) -> list[File]:

@@ -149,6 +149,7 @@ EXACT = {
 
 
 def test_a_python_grader_grades_a_sample_with_a_lone_surrogate(backend):
+    # Through /v1/score (openai.grader), the sample is graded; the graders routes refuse it (422, below).
     import json
 
     from fastapi.testclient import TestClient
@@ -157,12 +158,38 @@ def test_a_python_grader_grades_a_sample_with_a_lone_surrogate(backend):
 
     with TestClient(create_app()) as client:
         for sample, reward in (("42", 1.0), ("\ud800 41", 0.0), ("42\ud800", 0.0)):
-            body = json.dumps({"grader": EXACT, "model_sample": sample, "item": {"answer": "42"}})
-            response = client.post(
-                "/v1/graders/run", content=body, headers={"content-type": "application/json"}
-            )
+            request = {
+                "verifier": "openai.grader",
+                "response": sample,
+                "reference": {"grader": EXACT, "item": {"answer": "42"}},
+            }
+            body = json.dumps(request)
+            response = client.post("/v1/score", content=body, headers={"content-type": "application/json"})
             assert response.status_code == 200, response.text
-            assert response.json()["reward"] == reward
+            assert response.json()["status"] == "ok" and response.json()["reward"] == reward, response.text
+
+
+@pytest.mark.parametrize(
+    ("grader", "body", "field"),
+    [
+        (EXACT, {"model_sample": "\ud800 41", "item": {"answer": "42"}}, "model_sample"),
+        (score_it("Score {{sample.output_text}}"), {"model_sample": "Paris \ud800"}, "model_sample"),
+        (score_it("Score {{item.q}}"), {"model_sample": "Paris", "item": {"q": "\udfff"}}, "item"),
+    ],
+)
+def test_the_graders_routes_refuse_a_lone_surrogate_with_422_not_500(grader, body, field):
+    import json
+
+    from fastapi.testclient import TestClient
+
+    from proctor.api.app import create_app
+
+    with TestClient(create_app(), raise_server_exceptions=False) as client:
+        for path in ("/v1/graders/run", "/v1/fine_tuning/alpha/graders/run"):
+            payload = json.dumps({"grader": grader, **body})
+            response = client.post(path, content=payload, headers={"content-type": "application/json"})
+            assert response.status_code == 422, response.text
+            assert response.json()["error"]["field"] == field
 
 
 @pytest.mark.xfail(
@@ -186,3 +213,26 @@ def test_a_code_response_with_a_lone_surrogate_is_scored_not_a_sandbox_error(bac
         }
     )
     assert score.status.value == "ok" and score.reward == 0.0, score
+
+
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        ({"code": "# \ud800\nprint(1)"}, "code"),
+        ({"code": "print(input())", "stdin": "\udc80"}, "stdin"),
+        ({"code": "print(1)", "files": {"a\ud800.txt": "eA=="}}, "files.a\ud800.txt"),
+        ({"code": "print(1)", "fetch_files": ["\ud800"]}, "fetch_files.0"),
+    ],
+)
+def test_run_code_with_a_lone_surrogate_is_422_not_a_500_or_sandbox_error(body, field):
+    import json
+
+    from fastapi.testclient import TestClient
+
+    from proctor.api.app import create_app
+
+    with TestClient(create_app(), raise_server_exceptions=False) as client:
+        payload = json.dumps({"language": "python", **body})
+        response = client.post("/run_code", content=payload, headers={"content-type": "application/json"})
+        assert response.status_code == 422, response.text
+        assert response.json()["error"]["field"] == field
