@@ -58,3 +58,61 @@ def test_a_tuple_or_a_grouping_never_passes_as_a_decimal(response: str, gold: st
 def test_a_two_number_list_is_still_a_list_against_a_list() -> None:
     assert reward("5,2", "2, 5") == 1.0  # the list reading: the decimal reading is only for a single number
     assert reward("2, 5", "5,2") == 1.0
+
+
+@pytest.mark.parametrize(
+    ("response", "gold", "expected"),
+    [
+        # a long decimal stands for an exact gold when it is the gold rounded or cut off at its last digit
+        ("0.0833333333333333", "\\frac1{12}", 1),
+        ("0.666667", "\\frac23", 1),
+        ("0.666666", "\\frac23", 1),
+        ("-0.666667", "-\\frac23", 1),
+        ("0.577350", "\\frac{\\sqrt3}{3}", 1),
+        ("0.666668", "\\frac23", 0),  # neither rounded nor cut off
+        ("0.08333", "\\frac1{12}", 0),  # five significant digits: an approximation
+        ("0.577351", "\\frac{\\sqrt3}{3}", 0),
+        # an exact answer glossed with its decimal: the exact side is the answer
+        ("\\frac{\\sqrt3}{3} \\approx 0.577", "\\frac{1}{\\sqrt3}", 1),
+        ("x = \\frac13 \\approx 0.333", "\\frac13", 1),
+        ("\\frac{1}{2} \\approx 0.577", "\\frac{1}{\\sqrt3}", 0),  # a wrong exact value with a gloss
+        ("x = \\frac13 \\approx 1.3", "\\frac13", 0),  # a gloss that contradicts it: the last side stands
+        ("\\approx 0.577", "\\frac{1}{\\sqrt3}", 0),  # only the approximation
+        ("8.24 \\text{ mph}", "\\approx 8.24 \\text{ mph}", 1),  # a gold that says it is rounded
+        # angles: degrees against radians when the gold is in π; a degree-marked π is a tiny angle
+        ("30^\\circ", "\\frac{\\pi}{6}", 1),
+        ("60 \\text{ degrees}", "\\frac{\\pi}{3}", 1),
+        ("\\frac{2\\pi}{3} \\text{ rad}", "120^\\circ", 1),
+        ("30", "\\frac{\\pi}{6}", 0),
+        ("\\frac{\\pi}{6}^\\circ", "\\frac{\\pi}{6}", 0),
+        ("57.2958^\\circ", "1", 0),
+        ("100^\\circ", "100^\\circ \\text{C}", 1),
+        # units stay strict between different units; a percent is not a currency
+        ("5 \\text{ m}", "5 \\text{ cm}", 0),
+        ("5\\%", "\\$5", 0),
+        ("5", "5 \\text{ cm}", 1),
+    ],
+)
+def test_long_decimals_glosses_angles_and_units(response: str, gold: str, expected: int) -> None:
+    assert reward(response, gold) == expected
+
+
+@pytest.mark.parametrize(
+    ("response", "gold", "expected"),
+    [
+        # a one-letter "unit" the expression goes on after is a variable (public golds refused before)
+        ("\\frac{3m-2}{2}", "\\frac{3 m}{2}-1", 1),
+        ("\\frac{1}{4 m}", "\\frac{1}{4m}", 1),
+        ("3m + 1", "3 m + 1", 1),
+        ("\\frac{1}{L C s^2+R C s+1}", "\\frac{1}{L C s^{2}+R C s+1}", 1),
+        ("\\frac{1}{L C s^2+R C s+2}", "\\frac{1}{L C s^{2}+R C s+1}", 0),
+        ("10 \\text{ m/s}", "10 m/s", 1),
+        ("5 \\text{ m}^2", "5 m^2", 1),
+        # accents are variables of their own
+        ("\\bar{x}", "\\bar{x}", 1),
+        ("x", "\\bar{x}", 0),
+        ("\\vec{v}+\\vec{w}", "\\vec{w}+\\vec{v}", 1),
+    ],
+)
+def test_letters_and_accents(response: str, gold: str, expected: int) -> None:
+    assert reward(response, gold) == expected

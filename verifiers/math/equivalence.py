@@ -20,6 +20,7 @@ doubles is a real difference, so a tiny value is never rounded to zero (`e^{-100
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 from fractions import Fraction
@@ -182,9 +183,16 @@ def _scalar_gold(gold: Scalar, answer: Value, policy: Policy) -> Match:
 
 def compare_scalars(gold: Scalar, answer: Scalar, policy: Policy = DEFAULT_POLICY) -> Match:
     """Compare two scalars under the unit and percent policies."""
+    if policy.units == "ignore":
+        # Radians are the unit-less measure of an angle: "2π/3 rad" is 2π/3, and compares with 120°.
+        gold, answer = _without_radians(gold), _without_radians(answer)
     units = _unit_rule(gold, answer, policy)
     if units is False:
         return Match(False, "unit")
+    if (gold.percent and answer.unit not in (None, "deg")) or (
+        answer.percent and gold.unit not in (None, "deg")
+    ):
+        return Match(False, "unit")  # 5% is not $5 nor 5 cm
     golds = [gold]
     answers = [answer]
     if policy.percent == "lenient" and gold.percent != answer.percent:
@@ -197,6 +205,11 @@ def compare_scalars(gold: Scalar, answer: Scalar, policy: Policy = DEFAULT_POLIC
     if gold.unit == "deg" and answer.unit is None and policy.units == "ignore":
         # 45° answered in radians: π/4.
         golds.append(gold.with_node(Node("deg", (gold.node,))))
+    if answer.unit == "deg" and gold.unit is None and policy.units == "ignore" and _has_pi(gold.node):
+        # π/6 answered in degrees: 30°. Only against a gold in π, so a bare gold 30 is never matched by 30°
+        # read as radians, nor a gold 1 by 57.2958°; and then only converted (π/6° is a tiny angle, not π/6).
+        answer = answer.with_node(Node("deg", (answer.node,)))
+        answers = [answer]
     for candidate in golds:
         for given in answers:
             found = same_value(candidate, given, policy)
@@ -208,7 +221,20 @@ def compare_scalars(gold: Scalar, answer: Scalar, policy: Policy = DEFAULT_POLIC
 def _unit_rule(gold: Scalar, answer: Scalar, policy: Policy) -> bool:
     if policy.units == "strict":
         return gold.unit == answer.unit
+    if {gold.unit, answer.unit} in ({"deg", "degc"}, {"deg", "degf"}):
+        return True  # 100° for 100 °C: the scale left unsaid, as a missing unit is
     return gold.unit is None or answer.unit is None or gold.unit == answer.unit
+
+
+_RADIANS = frozenset({"rad", "radian"})
+
+
+def _without_radians(value: Scalar) -> Scalar:
+    return value.with_node(value.node, value.percent, None) if value.unit in _RADIANS else value
+
+
+def _has_pi(node: Node) -> bool:
+    return any(part.op == "const" and part.value == "pi" for part in node.walk())
 
 
 def same_value(gold: Scalar, answer: Scalar, policy: Policy = DEFAULT_POLICY) -> Match:
@@ -224,6 +250,8 @@ def same_value(gold: Scalar, answer: Scalar, policy: Policy = DEFAULT_POLICY) ->
             return Match(True, "exact")
         if policy.rel_tol is not None:
             return Match(_within_rel(exact_gold, exact_answer, policy.rel_tol), "rel_tol")
+        if _long_decimal_of(gold, answer):
+            return Match(True, "long_decimal")
         return Match(_digits_agree(gold, answer, exact_gold, exact_answer), "digits")
     if gold.symbols or answer.symbols:
         if not gold.symbols and answer.symbols == {"j"} and _has_i(gold.node):
@@ -237,6 +265,8 @@ def same_value(gold: Scalar, answer: Scalar, policy: Policy = DEFAULT_POLICY) ->
         return Match(_within_rel(x, y, policy.rel_tol), "rel_tol")
     if answer.approx is not None or gold.approx is not None:
         try:
+            if _long_decimal_of(gold, answer):
+                return Match(True, "long_decimal")
             if _digits_agree_irrational(gold, answer):
                 return Match(True, "digits")
         except Undefined:
@@ -304,6 +334,39 @@ def _gold_places(gold: Scalar, answer: Scalar) -> int | None:
     if answer_digits is not None and answer_digits[0] < gold_digits[0]:
         return None
     return gold_digits[0]
+
+
+MIN_LONG_SIG = 6
+"""Significant digits from which a decimal answer stands for an exact gold (see _long_decimal_of)."""
+
+
+def _long_decimal_of(gold: Scalar, answer: Scalar) -> bool:
+    """A decimal answer of at least MIN_LONG_SIG significant digits that is an exact gold rounded or cut off
+    at its own last digit: 0.0833333333333333 and 0.083333 for 1/12, 0.666667 and 0.666666 for 2/3, 0.577350
+    for √3/3. Not 0.08333 (five digits: an approximation), not 0.666668 (neither rounded nor cut off)."""
+    node = answer.node.args[0] if answer.node.op == "neg" else answer.node
+    digits = answer.approx
+    if node.op != "num" or node.value.kind != "dec" or digits is None or digits[1] < MIN_LONG_SIG:
+        return False
+    if gold.approx is not None or gold.symbols or gold.unit != answer.unit or gold.percent != answer.percent:
+        return False
+    places = digits[0]
+    stated = answer.rational
+    if stated is None or places > 60:
+        return False
+    target = stated * Fraction(10) ** places
+    exact = gold.rational
+    if exact is not None:
+        scaled = exact * Fraction(10) ** places
+        return target.denominator == 1 and target in (Fraction(math.trunc(scaled)), Fraction(round(scaled)))
+    dps = places + 30
+    with mpmath.workdps(dps):
+        value = gold.precise_at(0, dps)
+        if abs(mpmath.im(value)) > 0:
+            return False
+        scaled_value = mpmath.re(value) * mpmath.mpf(10) ** places
+        candidates = {int(mpmath.nint(scaled_value)), int(scaled_value)}  # int() cuts toward zero
+    return target.denominator == 1 and int(target) in candidates
 
 
 def _digits_agree(gold: Scalar, answer: Scalar, exact_gold: Fraction, exact_answer: Fraction) -> bool:
@@ -426,13 +489,31 @@ def assignment(relation: Relation) -> tuple[Scalar, Scalar] | None:
 
 
 def _stated_value(relation: Relation) -> Scalar | None:
-    """The value an answer equation states: x = 3 -> 3; 2 + 3 = 5 -> 5; x^2 = 9 -> None."""
+    """The value an answer equation states: x = 3 -> 3; 2 + 3 = 5 -> 5; x^2 = 9 -> None. A chain that ends in
+    a decimal approximation of an exact side (`\\frac{\\sqrt3}{3} \\approx 0.577`, `x = 1/3 = 0.333`) states
+    the exact side: the decimal is a gloss, and only one that agrees with it to its stated digits."""
     found = assignment(relation)
     if found is not None:
-        return found[1]
+        return _exact_before_gloss(
+            relation.sides[1:] if found[0] is relation.sides[0] else relation.sides[:-1]
+        )
     if all(op == "=" for op in relation.ops) and not any(side.symbols for side in relation.sides):
-        return relation.sides[-1]
+        return _exact_before_gloss(relation.sides)
     return None
+
+
+def _exact_before_gloss(sides: tuple[Scalar, ...]) -> Scalar:
+    """The last side, unless it is a decimal that rounds an earlier exact side: then that exact side."""
+    last = sides[-1]
+    if len(sides) < 2 or last.approx is None or last.symbols:
+        return last
+    exact = sides[-2]
+    if exact.approx is not None or exact.symbols or exact.unit != last.unit:
+        return last
+    try:
+        return exact if same_value(last, exact).ok else last
+    except Undefined:
+        return last
 
 
 def _relation_gold(gold: Relation, answer: Value, policy: Policy) -> Match:

@@ -386,6 +386,10 @@ _REL_CMDS = {
     "ne": "!=", "neq": "!=", "approx": "=", "doteq": "=", "in": "in",
 }  # fmt: skip
 _MUL_CMDS = frozenset({"cdot", "times", "ast", "div", "over"})
+_ACCENTS = {
+    "bar": "bar", "overline": "bar", "hat": "hat", "widehat": "hat", "vec": "vec", "overrightarrow": "vec",
+    "tilde": "tilde", "widetilde": "tilde", "dot": "dot", "ddot": "ddot", "check": "check", "breve": "breve",
+}  # fmt: skip
 _SET_OPS = {"cup": "union", "cap": "intersect", "setminus": "setminus"}
 _IGNORED_CMDS = frozenset(
     {"mathbf", "boldsymbol", "bm", "mathsf", "mathtt", "mathcal", "mathscr", "mathfrak", "pmb", "boxed", "fbox",
@@ -611,7 +615,7 @@ class Parser:
         if kind == "id":
             if text.lower() in CONNECTORS:
                 return 0
-            if self._unit_word(text):
+            if self._unit_word(text) and not self._letter_in_expression(text):
                 return 5
             if text == "x" and left.op == "num" and self.at("num", offset=1):
                 return 40  # "3 x 4" written for 3 × 4
@@ -625,6 +629,31 @@ class Parser:
         if kind == "begin":
             return 40
         return 0
+
+    def _letter_in_expression(self, text: str) -> bool:
+        """A one-letter unit word (m, s, g, h, L) that the expression goes on after (`L C s^{2} + R C s + 1`,
+        `2 m \\omega^2`): a variable, not a unit. Its own power (`5 m^2`) does not count as going on."""
+        if len(text) != 1:
+            return False
+        offset = 1
+        if self.at("op", "^", offset=offset):  # skip the letter's own power: ^2 or ^{...}
+            offset += 2
+            depth = 1 if self.at("op", "{", offset=offset - 1) else 0
+            while depth and (token := self.peek(offset)) is not None:
+                depth += (token.kind, token.text) == ("op", "{")
+                depth -= (token.kind, token.text) == ("op", "}")
+                offset += 1
+        following = self.peek(offset)
+        if following is None:
+            return False
+        if following.kind == "op":
+            if following.text == "/":  # 10 m/s: a compound unit; 5m/2: a variable over a number
+                after = self.peek(offset + 1)
+                return not (after is not None and after.kind == "id" and self._unit_word(after.text))
+            return following.text in "+-*" or following.text == "("
+        return following.kind in ("id", "cmd", "num") and not (
+            following.kind == "cmd" and following.text in ("quad", "qquad", "text")
+        )
 
     @staticmethod
     def _unit_word(text: str) -> bool:
@@ -689,7 +718,7 @@ class Parser:
                 self.pos += 1
                 return self._degrees(left)
             return self.implicit(left, token)
-        if kind == "id" and self._unit_word(text) or kind == "text":
+        if kind == "id" and self._unit_word(text) and not self._letter_in_expression(text) or kind == "text":
             return self.unit(left)
         return self.implicit(left, token)
 
@@ -851,7 +880,8 @@ class Parser:
                 words.append("$")
             else:
                 break
-        unit = " ".join(word for word in words if any(c.isalnum() or c == "$" for c in word)).strip()
+        kept = [word for word in words if any(c.isalnum() or c in "$/" for c in word)]
+        unit = " ".join(kept).strip(" /")  # "m/s" keeps its slash, as "\\text{ m/s}" does
         if not unit:
             return left
         return self.node("unit", (left,), unit)
@@ -1191,8 +1221,16 @@ class Parser:
             raise ParseError("a percent sign with nothing before it")
         if name == "degree":
             raise ParseError("a degree sign with nothing before it")
-        if name in ("overline", "bar", "dot", "hat", "vec", "tilde"):
-            raise ParseError(f"\\{name} is not supported here")
+        if name in _ACCENTS:
+            # \\bar{x}, \\hat{\\theta}, \\vec{v}, \\overline{AB}: a variable of its own (x̄ is not x); over a
+            # number (a repetend out of place) or an expression it is refused.
+            inner = self.argument()
+            letters = [inner] if inner.op == "sym" else list(inner.args) if inner.op == "mul" else []
+            if not letters or any(letter.op != "sym" for letter in letters):
+                raise ParseError(f"\\{name} over something that is not a variable")
+            return self.node(
+                "sym", (), f"{_ACCENTS[name]}({''.join(str(letter.value) for letter in letters)})"
+            )
         if name in ("exp",):
             return self.function("exp")
         if name in ("neg", "lnot"):

@@ -322,6 +322,7 @@ class Ratio(Value):
 # -- parsing text into a value -------------------------------------------------------------------------------
 
 _PLAIN_NUMBER = re.compile(r"-?(?:\d+(?:\.\d+)?|\.\d+)")
+_LEADING_APPROX = re.compile(r"^(?:\\approx|\\sim|\\simeq|\\thickapprox)(?![A-Za-z])\s*")
 _PLAIN_FRACTION = re.compile(r"(-?)(\d+)/(\d+)")
 _UNWRAP = re.compile(
     r"\\(?:text|textbf|textrm|textit|mathrm|mathbf|mbox|textnormal|boxed|fbox)\s*\{([^{}]*)\}|\\[,;:! ]|~|\*\*"
@@ -379,7 +380,7 @@ _GROUP_SPLIT_CHARS = re.compile(r"\\[,! ]|\{,\}|[ ~]")
 
 def _parse_value(text: str) -> Value:
     guards.check_text(text)
-    prepared = prepare(text)
+    prepared = _LEADING_APPROX.sub("", prepare(text))  # "\\approx 8.24 mph" states 8.24 mph, to its digits
     if not prepared:
         raise ParseError("empty answer")
     if _PLAIN_NUMBER.fullmatch(prepared):
@@ -647,9 +648,25 @@ def scalar(node: Node, raw: str = "") -> Scalar:
             break
     if negate:
         node = Node("neg", (node,))
+    node = _inner_units_as_symbols(node)
     if percent:
         node = Node("pct", (node,))
     return Scalar(node, raw or to_text(node), percent, unit)
+
+
+def _inner_units_as_symbols(node: Node) -> Node:
+    """A one-letter "unit" inside an expression is a variable: `\\frac{3 m}{2}`, `3m + 1`, `\\frac{1}{LCs^2}`
+    (a unit only ends a whole answer, `5 m`, and that one scalar() has already lifted off)."""
+    if not any(part.op == "unit" for part in node.walk()):
+        return node
+    return _symbolise(node)
+
+
+def _symbolise(node: Node) -> Node:
+    args = tuple(_symbolise(arg) for arg in node.args)
+    if node.op == "unit" and isinstance(node.value, str) and len(node.value) == 1 and node.value.isalpha():
+        return Node("mul", (args[0], Node("sym", (), node.value)))
+    return node if args == node.args else Node(node.op, args, node.value)
 
 
 def _bracket(node: Node, raw: str) -> Value:
