@@ -236,3 +236,46 @@ def test_run_code_with_a_lone_surrogate_is_422_not_a_500_or_sandbox_error(body, 
         response = client.post("/run_code", content=payload, headers={"content-type": "application/json"})
         assert response.status_code == 422, response.text
         assert response.json()["error"]["field"] == field
+
+
+# -- a large JSON sample is parsed once per run, not once per template variable -------------------------------
+
+
+def test_a_multi_grader_parses_the_sample_json_once(monkeypatch):
+    import json
+
+    from fastapi.testclient import TestClient
+
+    from proctor.api.app import create_app
+    from proctor.verifiers.judge import parse
+
+    calls = []
+    real = parse.bounded_json
+
+    def counted(text, *args, **kwargs):
+        calls.append(len(text))
+        return real(text, *args, **kwargs)
+
+    monkeypatch.setattr(parse, "bounded_json", counted)
+    check = {
+        "type": "string_check",
+        "name": "s",
+        "operation": "eq",
+        "input": "{{sample.output_json.a}} {{sample.output_json.a}}",
+        "reference": "{{item.a}} {{item.a}}",
+    }
+    grader = {
+        "type": "multi",
+        "name": "m",
+        "graders": {f"g{i}": check for i in range(16)},
+        "calculate_output": "g0",
+    }
+    with TestClient(create_app()) as client:
+        body = {"grader": grader, "model_sample": json.dumps({"a": "x"}), "item": {"a": "x"}}
+        assert client.post("/v1/graders/run", json=body).json()["reward"] == 1.0
+        assert len(calls) == 1, calls
+        calls.clear()
+        body["model_sample"] = "not json"
+        answer = client.post("/v1/graders/run", json=body).json()
+        assert answer["reward"] == 0.0 and answer["metadata"]["errors"]["sample_parse_error"] is True
+        assert len(calls) == 1, calls
