@@ -5,7 +5,15 @@ from __future__ import annotations
 from enum import Enum
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+)
 
 
 def _not_a_bool(value: Any) -> Any:
@@ -36,13 +44,56 @@ class Status(str, Enum):
     judge_error = "judge_error"
 
 
+class ToolCallFunction(BaseModel):
+    """The function an assistant tool call names, with its arguments as the model wrote them."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(min_length=1, max_length=256)
+    # OpenAI sends a JSON string, kept exactly as written (a parser reads it; nothing here repairs it). An
+    # object is accepted too (Hugging Face chat templates write one) and read as already-parsed arguments.
+    arguments: str | dict[str, Any]
+
+
+class ToolCall(BaseModel):
+    """One entry of an assistant message's `tool_calls`, in OpenAI's shape."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    id: str | None = Field(default=None, max_length=256)
+    type: Literal["function"] = "function"
+    function: ToolCallFunction
+
+
 class ChatMessage(BaseModel):
-    """One message of an OpenAI-style chat transcript."""
+    """One message of an OpenAI-style chat transcript; tool calls and tool results are typed."""
 
     model_config = ConfigDict(extra="allow")
 
     role: Literal["system", "user", "assistant", "tool", "developer"]
     content: str | list[dict[str, Any]] | None = None
+    tool_calls: list[ToolCall] | None = Field(
+        default=None, description="Assistant messages only: the calls the model made."
+    )
+    tool_call_id: str | None = Field(
+        default=None, max_length=256, description="Tool messages only: the call this result answers."
+    )
+    name: str | None = Field(default=None, max_length=256, description="A tool's or participant's name.")
+
+    # Field validators (not one model validator) so a 422 names the field itself; `role` is validated first.
+    @field_validator("tool_calls")
+    @classmethod
+    def _calls_from_the_assistant(cls, value: list[ToolCall] | None, info: ValidationInfo) -> Any:
+        if value is not None and info.data.get("role") != "assistant":
+            raise ValueError(f"only assistant messages carry tool_calls, not {info.data.get('role')!r} ones")
+        return value
+
+    @field_validator("tool_call_id")
+    @classmethod
+    def _results_from_a_tool(cls, value: str | None, info: ValidationInfo) -> Any:
+        if value is not None and info.data.get("role") != "tool":
+            raise ValueError(f"only tool messages answer a call, not {info.data.get('role')!r} ones")
+        return value
 
 
 class ScoreRequest(BaseModel):
