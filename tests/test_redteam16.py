@@ -279,3 +279,48 @@ def test_a_multi_grader_parses_the_sample_json_once(monkeypatch):
         answer = client.post("/v1/graders/run", json=body).json()
         assert answer["reward"] == 0.0 and answer["metadata"]["errors"]["sample_parse_error"] is True
         assert len(calls) == 1, calls
+
+
+# -- OpenRLHF: a left-truncated multi-turn query whose template renders the history differently ---------------
+
+_SYSTEM = "<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n"
+_USER_1 = "<|im_start|>user\nWhat is 6*7?<|im_end|>\n"
+_USER_2 = "<|im_start|>user\nWhat is 6*8?<|im_end|>\n"
+_HEADER = "<|im_start|>assistant\n"
+# The prompts field keeps the earlier turn's reasoning; the query's template drops it from the history (as
+# Qwen3's does), so the query is no suffix of the prompt past the cut.
+_PROMPT = (
+    _SYSTEM
+    + _USER_1
+    + _HEADER
+    + "<think>\n6*7\n</think>\n\nThe answer is 42.<|im_end|>\n"
+    + _USER_2
+    + _HEADER
+)
+_QUERY = _SYSTEM + _USER_1 + _HEADER + "The answer is 42.<|im_end|>\n" + _USER_2 + _HEADER
+_RESPONSE = "6*8 = 48, so the answer is 48.<|im_end|>"
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="strip_prompt rules 2 and 4 accept an occurrence of the prompt's tail (or final header) whose only "
+    "evidence is the chat template's own boilerplate before it (`?<|im_end|>\\n<|im_start|>assistant\\n`, "
+    "<= ~33 chars within CUT_SLACK of the query's start): a query left-cut just before an earlier assistant "
+    "turn, whose history the query's template renders differently from the prompt's, has that earlier turn "
+    "taken as the prompt's end, and the rest of the prompt (the earlier turn's answer, 42) is scored as the "
+    "response. Fix: among occurrences of a key that recurs in the prompt, pick the one with the longest common "
+    "suffix with the prompt (a weak full match near the start loses to the real end's longer partial match), "
+    "or fail closed (prompt_mismatch); a flat minimum of matched characters breaks the legitimate short-"
+    "truncation cases test_adapters pins (CHATML[-60:] + a run-on turn)",
+)
+def test_a_truncated_query_never_scores_an_earlier_turn_of_the_prompt():
+    from proctor.adapters.labels import PromptMismatch, strip_prompt
+
+    start = len(_SYSTEM + _USER_1)
+    for cut in range(start - 40, start + 40):
+        query = _QUERY[cut:] + _RESPONSE
+        try:
+            got = strip_prompt(query, _PROMPT)
+        except PromptMismatch:
+            continue  # failing closed is fine; scoring prompt text is not
+        assert _RESPONSE.endswith(got), (cut, got[:60])
