@@ -38,6 +38,7 @@ BUILTIN_VERIFIERS: dict[str, str] = {
     "judge.pairwise": "proctor.verifiers.judge.pairwise",
     "multi": "proctor.verifiers.multi",
     "openai.grader": "proctor.verifiers.openai_grader",
+    "toolcall": "proctor.verifiers.toolcall.verifier",
     "demo.": "proctor.environments.demo.tasks",  # a name ending in "." covers every name with that prefix
     "puzzle.": "proctor.environments.puzzles",  # imports every puzzle family module (environments/puzzles/__init__.py)
 }
