@@ -37,6 +37,7 @@ from proctor.verifiers.math.values import (
     Choice,
     Interval,
     Items,
+    Labelled,
     Matrix,
     Ratio,
     Relation,
@@ -94,6 +95,11 @@ def equivalent(gold: Value, answer: Value, policy: Policy = DEFAULT_POLICY) -> M
     """Whether `answer` states the gold's value; `rule` names what decided."""
     if gold.raw and _compact(gold.raw) == _compact(answer.raw):  # same text: same value, units and signs
         return Match(True, "identical")
+    if isinstance(gold, Labelled):
+        return _labelled_gold(gold, answer, policy)
+    if isinstance(answer, Labelled):  # "(x, y) = (5, 8)" or "|AB| = 1" against a bare gold: the value
+        found = equivalent(gold, answer.value, policy)
+        return Match(found.ok, found.rule + "+label")
     if isinstance(gold, Choice):
         return _choice(gold, answer)
     if isinstance(gold, Time):
@@ -468,7 +474,7 @@ def _is_label(side: Scalar) -> bool:
 
 def _label(side: Scalar) -> str:
     node = side.node
-    return str(node.value) if node.op == "sym" else f"{node.value}()"
+    return label_key(node) if node.op == "sym" else f"{node.value}()"
 
 
 def assignment(relation: Relation) -> tuple[Scalar, Scalar] | None:
@@ -553,7 +559,9 @@ def _assignment_gold(solved: tuple[Scalar, Scalar], answer: Value, policy: Polic
         if given is None:
             return Match(False, "unsolved_equation")
         other_label, other_value = given
-        if label.node.op == "sym" and other_label.node.op == "sym" and _label(label) != _label(other_label):
+        named = label.node.op == "sym" and other_label.node.op == "sym"
+        # x = 2 for x_1 = 2: a root named without its index is still that variable's value
+        if named and _label(other_label) not in (_label(label), _unindexed(_label(label))):
             return Match(False, "variable")
         found = compare_scalars(value, other_value, policy)
         return Match(found.ok, found.rule + "+equation")
@@ -732,6 +740,9 @@ def _items_gold(gold: Items, answer: Value, policy: Policy) -> Match:
 def _is_system(gold: Items) -> bool:
     labels = []
     for item in gold.items:
+        if isinstance(item, Labelled):
+            labels.append(label_key(item.label))
+            continue
         solved = assignment(item) if isinstance(item, Relation) else None
         if solved is None:
             return False
@@ -740,7 +751,73 @@ def _is_system(gold: Items) -> bool:
 
 
 def _labelled(value: Value) -> bool:
-    return isinstance(value, Relation) and assignment(value) is not None
+    return isinstance(value, Labelled) or isinstance(value, Relation) and assignment(value) is not None
+
+
+def _unindexed(name: str) -> str:
+    """x_{1} -> x: the variable a subscripted name indexes."""
+    return name.partition("_")[0]
+
+
+def label_key(label: Node) -> str:
+    """A label in a comparable form: a segment or angle read either way round (AB is BA, ∠ABC is ∠CBA), the
+    measure's `m` and an overline dropped (m∠ABC is ∠ABC, \\overline{AB} is AB); else its text, blanks out."""
+    text = (
+        "".join(to_text(label).split())
+        .replace("m*angle(", "angle(")
+        .replace("bar(", "(")
+        .replace("abs(", "(")
+    )
+    letters = re.fullmatch(r"\(?((?:[A-Z]\*?)+)\)?|angle\(([A-Z]+)\)", text)
+    if letters:
+        name = (letters.group(1) or letters.group(2)).replace("*", "")
+        prefix = "angle:" if letters.group(2) else "segment:"
+        return prefix + min(name, name[::-1])
+    return text
+
+
+def _labelled_gold(gold: Labelled, answer: Value, policy: Policy) -> Match:
+    """A named gold: a bare value answers it; a named answer must name the same quantity (or, for a ratio, the
+    same quantities in any order: V_2:V_1 = 21:11 is V_1:V_2 = 11:21)."""
+    label: Node | None = None
+    if isinstance(answer, Labelled):
+        label, answer = answer.label, answer.value
+        if label.op == "ratio" and isinstance(answer, Time):  # "V_2:V_1 = 21:11": a ratio, not 9:11 p.m.
+            answer = Ratio(_integer_scalar(answer.hour), _integer_scalar(answer.minute), answer.raw)
+    elif isinstance(answer, Relation) and (solved := assignment(answer)) is not None:
+        label, answer = solved[0].node, solved[1]
+    value = gold.value
+    if label is not None and label_key(label) != label_key(gold.label):
+        reordered = _reordered_ratio(gold, label, answer)
+        if reordered is None:
+            return Match(False, "label")
+        answer = reordered
+    found = equivalent(value, answer, policy)
+    return Match(found.ok, found.rule + "+label")
+
+
+def _reordered_ratio(gold: Labelled, label: Node, answer: Value) -> Value | None:
+    """The answer's ratio in the gold's order of names, when both name the same quantities; else None."""
+    if not (gold.label.op == "ratio" and label.op == "ratio" and isinstance(answer, Ratio)):
+        return None
+    gold_names = [label_key(part) for part in _ratio_names(gold.label)]
+    answer_names = [label_key(part) for part in _ratio_names(label)]
+    if sorted(gold_names) != sorted(answer_names) or len(set(gold_names)) != len(gold_names):
+        return None
+    if len(answer.parts) != len(answer_names):
+        return None
+    by_name = dict(zip(answer_names, answer.parts, strict=True))
+    parts = [by_name[name] for name in gold_names]
+    raw = ":".join(
+        part.raw or part.normalized() for part in parts
+    )  # its own text: the identity check reads it
+    return Ratio(parts[0], parts[-1], raw, tuple(parts[1:-1]))
+
+
+def _ratio_names(node: Node) -> list[Node]:
+    if node.op != "ratio":
+        return [node]
+    return [*_ratio_names(node.args[0]), *_ratio_names(node.args[1])]
 
 
 def _members(answer: Value, ordered_ok: bool, ordered_only: bool = False) -> tuple[Value, ...] | None:
@@ -892,6 +969,20 @@ def _matrix_gold(gold: Matrix, answer: Value, policy: Policy) -> Match:
 def _ratio_gold(gold: Ratio, answer: Value, policy: Policy) -> Match:
     if isinstance(answer, Time):
         answer = Ratio(_integer_scalar(answer.hour), _integer_scalar(answer.minute), answer.raw)
+    if len(gold.parts) > 2 or isinstance(answer, Ratio) and len(answer.parts) > 2:
+        # a:b:c = 3:4:5 is matched by 6:8:10: every part in the same proportion to the first
+        if not isinstance(answer, Ratio) or len(answer.parts) != len(gold.parts):
+            return Match(False, "ratio")
+        first_gold, first_answer = gold.parts[0], answer.parts[0]
+        ok = all(
+            same_value(
+                Scalar(Node("mul", (part.node, first_answer.node))),
+                Scalar(Node("mul", (other.node, first_gold.node))),
+                policy,
+            ).ok
+            for part, other in zip(gold.parts[1:], answer.parts[1:], strict=True)
+        )
+        return Match(ok, "ratio")
     if isinstance(answer, Ratio):
         left = Scalar(Node("mul", (gold.left.node, answer.right.node)))
         right = Scalar(Node("mul", (gold.right.node, answer.left.node)))

@@ -424,7 +424,33 @@ def _from_anchors_phrase(text: str) -> Extracted | None:
         return Extracted((expression,), "anchor", False, oversized=True)
     if not expression:
         return None
-    return _result(_split(expression), "anchor")
+    return _result(_split(_value_after_copula(expression)), "anchor")
+
+
+# "The largest $n$ is 34", "the volume of $ABCDEFGH$ is 120 cubic units": a sentence after the anchor whose
+# value is what follows its last "is". Only a number or one math span, with at most a few unit words, counts.
+_COPULA = re.compile(r"\s(?:is|are|equals|was|be)\s+", re.IGNORECASE)
+_STATED = re.compile(
+    r"(?:\$[^$]{1,400}\$|\\\(.{1,400}?\\\)|[-−]?\d[\d,]*(?:\.\d+)?%?)(?:\s+[A-Za-z]+){0,3}\s*",
+    re.DOTALL,
+)
+
+
+def _value_after_copula(expression: str) -> str:
+    """The value a prose sentence states after its last "is", when the sentence is prose; else the text."""
+    bare = _COMMAND.sub(" ", _TEXT_GROUP.sub(" ", expression))
+    words = [
+        word for word in _LETTER_RUN.findall(_DOLLAR_SPAN.sub(" ", bare)) if word.lower() not in _ANSWER_WORDS
+    ]
+    if len(words) < 2:
+        return expression
+    copulas = list(_COPULA.finditer(expression))
+    if not copulas:
+        return expression
+    rest = expression[copulas[-1].end() :]
+    if _STATED.fullmatch(rest) is None:
+        return expression
+    return _clean(rest)  # trailing words stay: "5 cm" must not lose its unit
 
 
 def _anchored_gold(text: str) -> str | None:
@@ -542,6 +568,7 @@ def _outside_groups(text: str, stop: int) -> bool:
 _TEXT_GROUP = re.compile(r"\\(?:text|textrm|textbf|mathrm|mbox|operatorname)\s*\{[^{}]*\}")
 _COMMAND = re.compile(r"\\[A-Za-z]+")
 _LETTER_RUN = re.compile(r"[A-Za-z]{2,}")
+_DOLLAR_SPAN = re.compile(r"\$[^$]*\$")
 # Letter runs a bare answer may hold: function names, Greek letters, connectors that _split reads, units.
 _ANSWER_WORDS = (
     frozenset(FUNCTIONS)

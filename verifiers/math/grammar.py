@@ -1221,6 +1221,12 @@ class Parser:
             raise ParseError("a percent sign with nothing before it")
         if name == "degree":
             raise ParseError("a degree sign with nothing before it")
+        if name in ("angle", "measuredangle", "sphericalangle"):
+            token = self.peek()
+            if token is None or token.kind != "id" or not token.text.isalpha() or not token.text.isupper():
+                raise ParseError(f"\\{name} without the angle's letters")
+            self.pos += 1
+            return self.node("sym", (), f"angle({token.text})")  # ∠ABC: a name, as AB names a segment
         if name in _ACCENTS:
             # \\bar{x}, \\hat{\\theta}, \\vec{v}, \\overline{AB}: a variable of its own (x̄ is not x); over a
             # number (a repetend out of place) or an expression it is refused.

@@ -306,17 +306,35 @@ class Time(Value):
 
 
 class Ratio(Value):
-    """a:b."""
+    """a:b, or a:b:c (`parts`; `left` and `right` are the first and last)."""
 
-    __slots__ = ("left", "right")
+    __slots__ = ("left", "right", "parts")
     kind = "ratio"
 
-    def __init__(self, left: Scalar, right: Scalar, raw: str = ""):
+    def __init__(self, left: Scalar, right: Scalar, raw: str = "", middle: tuple[Scalar, ...] = ()):
         super().__init__(raw)
         self.left, self.right = left, right
+        self.parts = (left, *middle, right)
 
     def normalized(self) -> str:
-        return f"{self.left.normalized()}:{self.right.normalized()}"
+        return ":".join(part.normalized() for part in self.parts)
+
+
+class Labelled(Value):
+    """A value with the name the answer gives it: `(p,q)=(3,2)`'s tuple, `AB=4`, `|AB|=1`, `V_1:V_2=11:21`,
+    `m\\angle ABC = 40^\\circ`, `a_n=2n+1`, `B^{-1}=[matrix]`. The value is the answer; the label only has to
+    agree when both sides give one (`label_key`: a segment or angle read either way round)."""
+
+    __slots__ = ("label", "value")
+    kind = "labelled"
+
+    def __init__(self, label: Node, value: Value, raw: str = ""):
+        super().__init__(raw)
+        self.label = label
+        self.value = value
+
+    def normalized(self) -> str:
+        return f"{to_text(self.label)} = {self.value.normalized()}"
 
 
 # -- parsing text into a value -------------------------------------------------------------------------------
@@ -542,7 +560,9 @@ def check_value(value: Value) -> Value:
         elif isinstance(current, Matrix):
             stack.extend(cell for row in current.rows for cell in row)
         elif isinstance(current, Ratio):
-            stack.extend((current.left, current.right))
+            stack.extend(current.parts)
+        elif isinstance(current, Labelled):
+            stack.append(current.value)
     return value
 
 
@@ -581,7 +601,7 @@ def to_value(node: Node, raw: str = "") -> Value:
     if op == "group":
         return to_value(node.args[0], raw)
     if op == "list":
-        return Items("list", tuple(to_value(item, to_text(item)) for item in node.args), raw)
+        return _solutions(Items("list", tuple(to_value(item, to_text(item)) for item in node.args), raw))
     if op == "bracket":
         return _bracket(node, raw)
     if op == "set":
@@ -695,10 +715,43 @@ def _plus_minus(node: Node, raw: str) -> Items:
     return Items("pm", (scalar(plus), scalar(minus)), raw)
 
 
+def _solutions(items: Items) -> Items:
+    """`p=5, q=2; p=7, q=2`: assignments whose names repeat in the same order are several solutions, each a
+    tuple in the order of the names: (5, 2), (7, 2). Anything else is left as it is."""
+    names: list[str] = []
+    for item in items.items:
+        if not (isinstance(item, Relation) and item.ops == ("=",) and item.sides[0].node.op == "sym"):
+            return items
+        if item.sides[1].symbols:
+            return items
+        names.append(str(item.sides[0].node.value))
+    period = len(dict.fromkeys(names))
+    if period < 2 or len(names) % period or len(names) == period:
+        return items
+    if any(names[index] != names[index % period] for index in range(len(names))):
+        return items
+    solutions = tuple(
+        Items("tuple", tuple(item.sides[1] for item in items.items[start : start + period]))  # type: ignore[attr-defined]
+        for start in range(0, len(names), period)
+    )
+    return Items("list", solutions, items.raw)
+
+
+def _ratio_parts(node: Node) -> list[Node]:
+    """The parts of a ratio chain, `a:b:c` parsed as (a:b):c."""
+    if node.op != "ratio":
+        return [node]
+    return [*_ratio_parts(node.args[0]), *_ratio_parts(node.args[1])]
+
+
 def _relation(node: Node, raw: str) -> Value:
     ops = node.value
     if ops == ("in",):
         return to_value(node.args[1], raw)
+    if ops == ("=",) and len(node.args) == 2:
+        labelled = _labelled(node.args[0], node.args[1], raw)
+        if labelled is not None:
+            return labelled
     sides = []
     for side in node.args:
         if side.op == "text":  # "\\text{area} = 5": a word as a label
@@ -719,7 +772,86 @@ def _relation(node: Node, raw: str) -> Value:
     return Relation(tuple(ops), tuple(sides), raw)
 
 
+def is_label(node: Node) -> bool:
+    """A name for a quantity rather than an expression in variables: a segment (AB, \\overline{AB}), its
+    length (|AB|), a quotient of such (\\frac{NO}{BO}), an angle (\\angle ABC, m\\angle ABC), an accented or
+    subscripted letter (\\bar{x}, V_1, a_n)."""
+    op = node.op
+    if op == "sym":
+        return True
+    if op == "func" and node.value == "abs" and node.args:
+        return is_label(node.args[0])
+    if op == "div":
+        return _segment(node.args[0]) and _segment(node.args[1])
+    return _segment(node)
+
+
+def _segment(node: Node) -> bool:
+    """Capital letters side by side (AB, ABC), or an angle with or without its measure's `m`."""
+    if node.op == "sym":
+        name = str(node.value)
+        return (len(name) == 1 and name.isupper()) or name.startswith(("angle(", "bar("))
+    if node.op != "mul" or not all(arg.op == "sym" for arg in node.args):
+        return False
+    names = [str(arg.value) for arg in node.args]
+    if any(name.startswith("angle(") for name in names):
+        return all(name.startswith("angle(") or name == "m" for name in names)
+    return all(len(name) == 1 and name.isupper() for name in names)
+
+
+def _subscript_symbols(name: str) -> frozenset[str]:
+    """The letters of a subscript (`a_{n}` -> {n}); a sequence term may be stated in its index."""
+    _, underscore, subscript = name.partition("_")
+    return frozenset(re.findall(r"[A-Za-z]", subscript)) if underscore else frozenset()
+
+
+def _labelled(left: Node, right: Node, raw: str) -> Value | None:
+    """The value of `label = value` when the left side names a quantity (see Labelled); None for an equation."""
+    if left.op == "bracket" and right.op == "bracket" and len(left.args) == len(right.args) > 1:
+        if all(arg.op == "sym" for arg in left.args):
+            # (p, q) = (3, 2) is the system p = 3, q = 2, so "p=3, q=2", "q=2, p=3" and "(3, 2)" all match it.
+            try:
+                sides = [
+                    (scalar(name), scalar(value)) for name, value in zip(left.args, right.args, strict=True)
+                ]
+            except ParseError:
+                return Labelled(left, to_value(right, to_text(right)), raw)
+            if not any(value.symbols for _, value in sides):
+                return Items(
+                    "list", tuple(Relation(("=",), pair, to_text(pair[0].node)) for pair in sides), raw
+                )
+        return None
+    if left.op == "ratio" and right.op in ("ratio", "num", "div"):
+        names = _ratio_parts(left)
+        if not all(is_label(name) for name in names):
+            return None
+        values = _ratio_parts(right)
+        if len(values) == len(names) > 1:  # a ratio, even where "11:21" alone would read as a time of day
+            scalars = tuple(scalar(part) for part in values)
+            return Labelled(left, Ratio(scalars[0], scalars[-1], to_text(right), scalars[1:-1]), raw)
+        return Labelled(left, to_value(right, to_text(right)), raw)
+    if right.op == "matrix" and free_symbols(left) and not free_symbols(right):
+        return Labelled(left, to_value(right, to_text(right)), raw)  # B^{-1} = [...]
+    if not is_label(left):
+        return None
+    value_symbols = free_symbols(right)
+    if left.op == "sym" and right.op in ("bracket", "set", "matrix", "union") and not value_symbols:
+        return Labelled(left, to_value(right, to_text(right)), raw)  # M = (-1, 7/2): a point named M
+    if left.op == "sym":
+        # x = 3, x_1 = 2, \\angle ABC = 40° stay Relations (assignment() reads them, systems are built of them);
+        # a_n = 2n + 1 is a sequence's term stated in its index; y = 2x + 1 stays an equation.
+        if not value_symbols or not value_symbols <= _subscript_symbols(str(left.value)):
+            return None
+    elif value_symbols:
+        return None
+    return Labelled(left, to_value(right, to_text(right)), raw)
+
+
 def _ratio(node: Node, raw: str) -> Value:
+    parts = _ratio_parts(node)
+    if len(parts) > 2:  # a:b:c
+        scalars = tuple(scalar(part) for part in parts)
+        return Ratio(scalars[0], scalars[-1], raw, scalars[1:-1])
     left, right = node.args
     if (
         left.op == "num"

@@ -1,0 +1,75 @@
+"""Golds and answers written as labelled relations: the value side is the answer, the label must agree."""
+
+from __future__ import annotations
+
+import pytest
+
+from proctor.verifiers.math.extract import extract_answer
+from proctor.verifiers.math.verifier import MathOptions, MathReference, score_math
+
+
+def reward(response: str, gold: str) -> float:
+    """The math reward of a boxed response against a gold."""
+    return score_math(f"\\boxed{{{response}}}", MathReference(answer=gold), MathOptions()).reward
+
+
+@pytest.mark.parametrize(
+    ("response", "gold", "expected"),
+    [
+        ("(3,2)", "(p,q)=(3,2)", 1),
+        ("p=3,\\ q=2", "(p,q)=(3,2)", 1),
+        ("q=2, p=3", "(p,q)=(3,2)", 1),
+        ("(2,3)", "(p,q)=(3,2)", 0),
+        ("p=2, q=3", "(p,q)=(3,2)", 0),
+        ("(x, y) = (5, 8)", "(5, 8)", 1),
+        ("4, 5", "AB=4, CD=5", 1),
+        ("CD=5, AB=4", "AB=4, CD=5", 1),
+        ("AB=5, CD=4", "AB=4, CD=5", 0),
+        ("5, 4", "AB=4, CD=5", 0),  # bare values against named parts come in the gold's order
+        ("BA=4, CD=5", "AB=4, CD=5", 1),  # a segment read the other way round
+        ("11:21", "V_1:V_2=11:21", 1),
+        ("\\frac{11}{21}", "V_1:V_2=11:21", 1),
+        ("V_2:V_1=21:11", "V_1:V_2=11:21", 1),
+        ("V_2:V_1=11:21", "V_1:V_2=11:21", 0),
+        ("21:11", "V_1:V_2=11:21", 0),
+        ("6:8:10", "a:b:c=3:4:5", 1),
+        ("3:5:4", "a:b:c=3:4:5", 0),
+        ("\\frac{\\sqrt6}{6}", "\\frac{NO}{BO}=\\frac{1}{\\sqrt6}", 1),
+        ("1", "|AB|=1", 1),
+        ("AB = 1", "|AB|=1", 1),
+        ("CD = 1", "|AB|=1", 0),  # the wrong quantity named
+        ("2", "|AB|=1", 0),
+        ("40", "m\\angle ABC = 40^\\circ", 1),
+        ("\\angle CBA = 40^\\circ", "m\\angle ABC = 40^\\circ", 1),
+        ("\\frac{2\\pi}{9}", "m\\angle ABC = 40^\\circ", 1),
+        ("m\\angle ABC = 50^\\circ", "m\\angle ABC = 40^\\circ", 0),
+        ("2n+1", "a_n=2n+1", 1),
+        ("a_n = 1 + 2n", "a_n=2n+1", 1),
+        ("2n-1", "a_n=2n+1", 0),
+        ("(5,2),(7,2)", "p=5,q=2;p=7,q=2", 1),
+        ("(7,2),(5,2)", "p=5,q=2;p=7,q=2", 1),
+        ("(5,2)", "p=5,q=2;p=7,q=2", 0),
+        ("x=2 \\text{ or } x=-3", "x_1=2,\\quad x_2=-3", 1),
+        ("-3, 2", "x_1=2,\\quad x_2=-3", 0),
+        ("\\begin{pmatrix}3&7\\\\5&12\\end{pmatrix}", "B^{-1}=\\begin{pmatrix}3&7\\\\5&12\\end{pmatrix}", 1),
+        ("5, (-1, \\frac72)", "d=5, M=\\left(-1, \\frac{7}{2}\\right)", 1),
+        # an equation is still an equation: a bare side does not answer it
+        ("2x+1", "y=2x+1", 0),
+        ("4", "xy=4", 0),
+    ],
+)
+def test_labelled_relations(response: str, gold: str, expected: int) -> None:
+    assert reward(response, gold) == expected
+
+
+@pytest.mark.parametrize(
+    ("response", "expected"),
+    [
+        ("Final Answer: The largest $n$ is 34.", ("34",)),
+        ("Final Answer: The volume of $ABCDEFGH$ is 120. I hope it is correct.", ("120",)),
+        ("Final Answer: The side is 5 cm.", ("5 cm",)),  # the unit stays with the value
+        ("Final Answer: Jane started growing it 3 hours ago.", ("Jane started growing it 3 hours ago",)),
+    ],
+)
+def test_a_final_answer_sentence_states_the_value_after_its_last_is(response: str, expected: tuple) -> None:
+    assert extract_answer(response).candidates == expected
