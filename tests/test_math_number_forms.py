@@ -116,3 +116,27 @@ def test_long_decimals_glosses_angles_and_units(response: str, gold: str, expect
 )
 def test_letters_and_accents(response: str, gold: str, expected: int) -> None:
     assert reward(response, gold) == expected
+
+
+@pytest.mark.parametrize(
+    ("response", "gold", "expected"),
+    [
+        ("11,\\! 111,\\! 111,\\! 100", "11111111100", 1),  # stray blanks around a group's separator
+        ("14 {, }916", "14916", 1),
+        ("1, 234", "1234", 0),  # a comma and a blank separate items
+        ("2\\sqrt6, -2\\sqrt6", "\\pm 2 \\sqrt{6}", 1),  # ± inside an expression: both values
+        ("2\\sqrt6", "\\pm 2 \\sqrt{6}", 0),
+        ("\\frac12, \\frac{-1+\\sqrt{13}}{4}, \\frac{-1-\\sqrt{13}}{4}", "x = \\frac{1}{2}, x = \\frac{-1 \\pm \\sqrt{13}}{4}", 1),
+        ("\\frac12, \\frac{-1+\\sqrt{13}}{4}", "x = \\frac{1}{2}, x = \\frac{-1 \\pm \\sqrt{13}}{4}", 0),
+        ("y=\\sqrt3 x, y=-\\sqrt3 x", "y=\\pm\\sqrt{3}x", 1),
+        ("\\pm 3", "3", 0),  # two values for one: a hedge
+        ("i, -i, 2\\sqrt2, -2\\sqrt2", "\\pm i, \\pm 2 \\sqrt{2}", 1),
+    ],
+)  # fmt: skip
+def test_loose_groups_and_plus_minus_inside_expressions(response: str, gold: str, expected: int) -> None:
+    assert reward(response, gold) == expected
+
+
+def test_too_many_plus_minus_signs_are_refused_not_expanded() -> None:
+    with pytest.raises(ValueError, match="cannot be understood"):
+        MathReference(answer="\\frac{1 \\pm 2 \\pm 3 \\pm 4 \\pm 5}{2}")

@@ -186,12 +186,18 @@ _TRAILING_MARKS = ("\\,", "\\;", "\\:", "\\!", "\\ ", "\\quad", "\\qquad", "~", 
 _LEADING = re.compile(r"^(?:\s|\\[,;:! ]|\\q?quad(?![A-Za-z])|~)+")
 
 
+# A thousands group written with stray blanks around its separator: "11,\\! 111", "14 {, }916".
+_LOOSE_GROUP = re.compile(r"(?<=\d)(?:,\\!\s+|\s?\{\s*,\s*\}\s?)(?=\d{3}(?!\d))")
+
+
 def prepare(text: str) -> str:
     """Map unicode math to LaTeX, drop delimiters, sizing and spacing commands at the ends (linear time)."""
     if _NEEDS_TRANSLATE.search(text):
         if _SCRIPT_RUN.search(text):
             text = _SCRIPT_RUN.sub(_script_run, text)
         text = text.translate(_TRANSLATE)
+    if "{" in text or "\\!" in text:
+        text = _LOOSE_GROUP.sub("{,}", text)
     text = _STRIP.sub("", text)
     return _LEADING.sub("", _strip_end(text))
 

@@ -12,6 +12,7 @@ What is mended, and why each is safe:
 - Doubled backslashes from double-escaped JSON (`\\\\frac{1}{2}` as text): when every run of backslashes has
   an even length and one of them stands before a letter, each run is halved. A gold written properly has a
   single backslash before its commands, so this never touches one.
+- A spacing command glued to the next letter (`\\quadx_{2}`, from one public dataset): a blank after it.
 - An unbalanced end: a lone trailing backslash, and closing braces (`}` or `\\}`) at the end that close
   nothing, are dropped. An opening brace that is never closed is not guessed at: that gold stays a 422.
 """
@@ -47,6 +48,7 @@ def _escape_pattern(characters: str) -> re.Pattern[str]:
 
 _ESCAPES = _escape_pattern("\x0c\x08\t\r\x07\x0b")
 _ESCAPES_AND_NEWLINE = _escape_pattern("\x0c\x08\t\r\x07\x0b\n")
+_GLUED_SPACING = re.compile(r"(\\q?quad)(?=[A-Za-z])")
 _BACKSLASH_RUN = re.compile(r"\\+")
 _DOUBLED_COMMAND = re.compile(r"(?<!\\)(?:\\\\)+(?=[A-Za-z])")
 
@@ -61,6 +63,7 @@ def restore_escapes(text: str, newline: bool = False) -> str:
 def repair_gold(text: str) -> str:
     """The gold with eaten escapes, doubled backslashes and an unbalanced end mended (see the module doc)."""
     text = restore_escapes(text, newline=True)
+    text = _GLUED_SPACING.sub(r"\1 ", text)  # NuminaMath's "\\quadx_{2}": \\quad then x
     doubled = "\\\\" in text and _DOUBLED_COMMAND.search(text) is not None
     if doubled and all(len(run) % 2 == 0 for run in _BACKSLASH_RUN.findall(text)):
         text = _BACKSLASH_RUN.sub(lambda run: "\\" * (len(run.group()) // 2), text)

@@ -601,7 +601,14 @@ def to_value(node: Node, raw: str = "") -> Value:
     if op == "group":
         return to_value(node.args[0], raw)
     if op == "list":
-        return _solutions(Items("list", tuple(to_value(item, to_text(item)) for item in node.args), raw))
+        items: list[Value] = []
+        for item in node.args:
+            value = to_value(item, to_text(item))
+            # "\\pm i, \\pm 2\\sqrt2" and "x = 1/2, x = (-1 ± √13)/4": each ± gives its two values to the list
+            items.extend(value.items if isinstance(value, Items) and value.shape == "pm" else (value,))
+        return _solutions(Items("list", tuple(items), raw))
+    if op != "pm" and op != "rel" and any(part.op == "pm" for part in node.walk()):
+        return _expanded_pm(node, raw)
     if op == "bracket":
         return _bracket(node, raw)
     if op == "set":
@@ -715,6 +722,48 @@ def _plus_minus(node: Node, raw: str) -> Items:
     return Items("pm", (scalar(plus), scalar(minus)), raw)
 
 
+MAX_PM = 3
+"""Most ± signs one value may hold (2^3 = 8 values): more is a ParseError, never an explosion."""
+
+
+def _expanded_pm(node: Node, raw: str) -> Items:
+    """An expression with ± inside (`\\frac{-1 \\pm \\sqrt{13}}{4}`, `\\pm 2\\sqrt6`, `y = \\pm\\sqrt3 x`): the
+    values with each ± read as + and as -, in that order."""
+    signs = sum(part.op == "pm" for part in node.walk())
+    if signs > MAX_PM:
+        raise ParseError(f"more than {MAX_PM} ± signs")
+    trees = [node]
+    for _ in range(signs):
+        trees = [branch for tree in trees for branch in _split_first_pm(tree)]
+    return Items("pm", tuple(to_value(tree, to_text(tree)) for tree in trees), raw)
+
+
+def _split_first_pm(node: Node) -> tuple[Node, Node]:
+    """The tree with its first ± (depth first) as + and as -."""
+    if node.op == "pm":
+        center, spread = node.args
+        plus = Node("add", (center, spread))
+        minus = Node("add", (center, Node("neg", (spread,))))
+        return (minus, plus) if node.value == "mp" else (plus, minus)
+    for index, arg in enumerate(node.args):
+        if any(part.op == "pm" for part in arg.walk()):
+            plus, minus = _split_first_pm(arg)
+            return (
+                Node(node.op, (*node.args[:index], plus, *node.args[index + 1 :]), node.value),
+                Node(node.op, (*node.args[:index], minus, *node.args[index + 1 :]), node.value),
+            )
+    return node, node
+
+
+def _flat_pm(values: tuple[Value, ...], raw: str) -> Items:
+    flat: list[Value] = []
+    for value in values:
+        flat.extend(value.items if isinstance(value, Items) and value.shape == "pm" else (value,))
+    if len(flat) > 2**MAX_PM:
+        raise ParseError(f"more than {MAX_PM} ± signs")
+    return Items("pm", tuple(flat), raw)
+
+
 def _solutions(items: Items) -> Items:
     """`p=5, q=2; p=7, q=2`: assignments whose names repeat in the same order are several solutions, each a
     tuple in the order of the names: (5, 2), (7, 2). Anything else is left as it is."""
@@ -756,6 +805,17 @@ def _relation(node: Node, raw: str) -> Value:
     for side in node.args:
         if side.op == "text":  # "\\text{area} = 5": a word as a label
             side = Node("sym", (), str(side.value).strip())
+        if (
+            side.op != "pm"
+            and side is node.args[-1]
+            and len(node.args) == 2
+            and any(part.op == "pm" for part in side.walk())
+        ):
+            # x = (-1 ± √13)/4, y = ±√3 x: as many relations as the ± gives values
+            branches = _split_first_pm(side)
+            return _flat_pm(
+                tuple(to_value(Node("rel", (*node.args[:-1], branch), ops), raw) for branch in branches), raw
+            )
         if side.op == "pm":
             # x = 1 ± √2 means two solutions.
             values = _plus_minus(side, to_text(side)).items
