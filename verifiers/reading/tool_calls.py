@@ -178,7 +178,12 @@ def _name_problem(name: Any) -> str | None:
         return "the call has no tool name"
     if len(name) > MAX_NAME_CHARS:
         return f"the tool name is longer than {MAX_NAME_CHARS} characters"
+    if any(char.isspace() or char in _NOT_IN_NAMES for char in name):
+        return f"{_short(name, 40)!r} is not a tool name (spaces, quotes, brackets or tags in it)"
     return None
+
+
+_NOT_IN_NAMES = frozenset("<>()[]{}\"',=`")
 
 
 # -- OpenAI tool_calls ------------------------------------------------------------------------------------
