@@ -301,18 +301,6 @@ _QUERY = _SYSTEM + _USER_1 + _HEADER + "The answer is 42.<|im_end|>\n" + _USER_2
 _RESPONSE = "6*8 = 48, so the answer is 48.<|im_end|>"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="strip_prompt rules 2 and 4 accept an occurrence of the prompt's tail (or final header) whose only "
-    "evidence is the chat template's own boilerplate before it (`?<|im_end|>\\n<|im_start|>assistant\\n`, "
-    "<= ~33 chars within CUT_SLACK of the query's start): a query left-cut just before an earlier assistant "
-    "turn, whose history the query's template renders differently from the prompt's, has that earlier turn "
-    "taken as the prompt's end, and the rest of the prompt (the earlier turn's answer, 42) is scored as the "
-    "response. Fix: among occurrences of a key that recurs in the prompt, pick the one with the longest common "
-    "suffix with the prompt (a weak full match near the start loses to the real end's longer partial match), "
-    "or fail closed (prompt_mismatch); a flat minimum of matched characters breaks the legitimate short-"
-    "truncation cases test_adapters pins (CHATML[-60:] + a run-on turn)",
-)
 def test_a_truncated_query_never_scores_an_earlier_turn_of_the_prompt():
     from proctor.adapters.labels import PromptMismatch, strip_prompt
 
@@ -324,3 +312,16 @@ def test_a_truncated_query_never_scores_an_earlier_turn_of_the_prompt():
         except PromptMismatch:
             continue  # failing closed is fine; scoring prompt text is not
         assert _RESPONSE.endswith(got), (cut, got[:60])
+
+
+def test_the_openrlhf_route_scores_the_response_not_the_earlier_turn():
+    from fastapi.testclient import TestClient
+
+    from proctor.api.app import create_app
+
+    query = _QUERY[len(_SYSTEM + _USER_1) - 10 :]
+    with TestClient(create_app()) as client:
+        for response, label, reward in (("48<|im_end|>", "48", 1.0), ("I don't know<|im_end|>", "42", 0.0)):
+            body = {"query": [query + response], "prompts": [_PROMPT], "labels": [label]}
+            answer = client.post("/compat/openrlhf/get_reward", json=body).json()
+            assert answer["rewards"] == [reward], (response, answer)

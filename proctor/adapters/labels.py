@@ -196,7 +196,9 @@ def _after_prompt_suffix(query: str, prompt: str) -> int | None:
     ends can be ambiguous, and the latest occurrence that counts is taken, of those checked from the start
     and of PROMPT_TRIES more checked from the end back: text at the response's start that merely continues
     the prompt's repetition is then read as the prompt's, but no prompt text is read as the response (unless
-    what is left of the prompt holds more than PROMPT_TRIES occurrences of its tail).
+    what is left of the prompt holds more than PROMPT_TRIES occurrences of its tail). A later occurrence whose
+    preceding text agrees with more of the prompt's end than the whole span of that one is taken instead
+    (`_stronger_end`: the counting one may rest on the chat template's boilerplate alone).
     """
     lead = CUT_SLACK + max((len(bos) for bos in BOS_TOKENS if query.startswith(bos)), default=0)
     tail = prompt[-PROMPT_TAIL:]
@@ -220,9 +222,47 @@ def _after_prompt_suffix(query: str, prompt: str) -> int | None:
         if position < 0:
             break
         if _ends_with(prompt, query, min(lead, position), position + len(tail)):
-            return position + len(tail)
+            found = position + len(tail)
+            break
         position = query.rfind(tail, floor, position + len(tail) - 1)
-    return found
+    return _stronger_end(query, prompt, found, lead, limit)
+
+
+def _common_suffix(text: str, query: str, end: int) -> int:
+    """How many of `text`'s last characters `query[:end]` ends with (a binary search of in-place compares)."""
+    low, high = 0, min(len(text), end)
+    while low < high:
+        middle = (low + high + 1) // 2
+        if query.startswith(text[len(text) - middle :], end - middle, end):
+            low = middle
+        else:
+            high = middle - 1
+    return low
+
+
+def _stronger_end(query: str, prompt: str, found: int, lead: int, limit: int) -> int:
+    """`found`, unless a later occurrence of the prompt's (recurring) tail agrees with more of the prompt's end.
+
+    The occurrence that counts may rest on little evidence: everything from the query's start to it is the end
+    of the prompt, but that can be only the chat template's boilerplate (`?<|im_end|>\n<|im_start|>assistant\n`)
+    when the query was left-cut just before an earlier assistant turn. If the query's template renders the
+    history differently from the prompt's, the prompt's real end does not count, and that earlier turn would be
+    taken for the prompt's end, the rest of the prompt (that turn's answer first) scored as the response. So a
+    later occurrence (of PROMPT_TRIES checked) whose text before it agrees with more of the prompt's end than
+    the whole span of the one that counts is where the prompt ends. This only moves the boundary later.
+    """
+    tail = prompt[-PROMPT_TAIL:]
+    evidence = found - min(lead, found - len(tail))
+    best, best_end = evidence, found
+    position = query.find(tail, found - len(tail) + 1, limit)
+    for _ in range(PROMPT_TRIES):
+        if position < 0:
+            break
+        end = position + len(tail)
+        if end > best and _ends_with(prompt, query, end - best - 1, end):  # agrees with more than the best
+            best, best_end = _common_suffix(prompt, query, end), end
+        position = query.find(tail, position + 1, limit)
+    return best_end
 
 
 def strip_prompt(query: str, prompt: str) -> str:
