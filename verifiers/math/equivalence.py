@@ -47,6 +47,9 @@ from proctor.verifiers.math.values import (
     Time,
     Undefined,
     Value,
+    expand_series,
+    free_symbols,
+    substitute,
     text_form,
 )
 
@@ -259,6 +262,8 @@ def same_value(gold: Scalar, answer: Scalar, policy: Policy = DEFAULT_POLICY) ->
         if _long_decimal_of(gold, answer):
             return Match(True, "long_decimal")
         return Match(_digits_agree(gold, answer, exact_gold, exact_answer), "digits")
+    if _has_series(gold.node) or _has_series(answer.node):
+        return _at_whole_numbers(gold, answer, policy)
     if gold.symbols or answer.symbols:
         if not gold.symbols and answer.symbols == {"j"} and _has_i(gold.node):
             answer = answer.with_node(_j_to_i(answer.node))
@@ -278,6 +283,45 @@ def same_value(gold: Scalar, answer: Scalar, policy: Policy = DEFAULT_POLICY) ->
         except Undefined:
             return Match(False, "undefined")
     return _numeric(gold, answer, "numeric")
+
+
+WHOLE_POINTS = (1, 2, 3, 4, 7, 12)
+"""Values given to a series' variable limit (n in \\sum_{k=1}^{n}) when two sides are compared."""
+
+
+def _has_series(node: Node) -> bool:
+    return any(part.op in ("sum", "prod") for part in node.walk())
+
+
+def _at_whole_numbers(gold: Scalar, answer: Scalar, policy: Policy) -> Match:
+    """Sides with a series whose limit is a variable (\\sum_{k=1}^{n} k against n(n+1)/2): equal when they
+    agree with that variable set to each of WHOLE_POINTS (other variables sampled as usual). A sum is only
+    defined at whole numbers, so the usual real sample points cannot be used."""
+    limits = frozenset().union(
+        *(
+            free_symbols(part.args[1]) | free_symbols(part.args[2])
+            for side in (gold, answer)
+            for part in side.node.walk()
+            if part.op in ("sum", "prod")
+        )
+    )
+    if len(limits) != 1:
+        return Match(False, "series")
+    name = next(iter(limits))
+    for point in WHOLE_POINTS:
+        at_gold = gold.with_node(
+            expand_series(substitute(gold.node, name, Fraction(point))), gold.percent, gold.unit
+        )
+        at_answer = answer.with_node(
+            expand_series(substitute(answer.node, name, Fraction(point))), answer.percent, answer.unit
+        )
+        if (
+            _has_series(at_gold.node)
+            or _has_series(at_answer.node)
+            or not same_value(at_gold, at_answer, policy).ok
+        ):
+            return Match(False, "series")
+    return Match(True, "series")
 
 
 def _bases(gold: Scalar, answer: Scalar) -> Match | None:

@@ -1227,6 +1227,8 @@ class Parser:
             raise ParseError("a percent sign with nothing before it")
         if name == "degree":
             raise ParseError("a degree sign with nothing before it")
+        if name in ("sum", "prod"):
+            return self.series(name)
         if name in ("angle", "measuredangle", "sphericalangle"):
             token = self.peek()
             if token is None or token.kind != "id" or not token.text.isalpha() or not token.text.isupper():
@@ -1248,6 +1250,32 @@ class Parser:
         if name in ("neg", "lnot"):
             raise ParseError("logic negation")
         raise ParseError(f"unknown command \\{name}")
+
+    def series(self, name: str) -> Node:
+        """`\\sum_{k=1}^{n} body` / `\\prod`: limits in either order, the body up to the next + or - at its level.
+        The tree is ("sum" | "prod", (body, first, last), index); values.py expands it or compares it at whole
+        numbers."""
+        lower = upper = None
+        for _ in range(2):
+            if lower is None and self.at("op", "_"):
+                self.pos += 1
+                lower = self.script()
+            elif upper is None and self.at("op", "^"):
+                self.pos += 1
+                upper = self.script()
+        while lower is not None and lower.op == "group":
+            lower = lower.args[0]
+        if lower is None or upper is None:
+            raise ParseError(f"\\{name} without both of its limits")
+        index = (
+            lower.args[0] if lower.op == "rel" and lower.value == ("=",) and len(lower.args) == 2 else None
+        )
+        if index is None or not (index.op == "sym" or index.op == "const" and index.value in ("i", "e")):
+            raise ParseError(f"\\{name} whose lower limit is not index = start")
+        if any(part.op == "const" and part.value == "oo" for part in upper.walk()):
+            raise ParseError(f"an infinite \\{name}")  # no value to compare at a point: a 422, not a silent 0
+        body = self.expression(30)
+        return self.node(name, (body, lower.args[1], upper), str(index.value))
 
     def _skip_group(self) -> None:
         depth = 0

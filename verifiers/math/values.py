@@ -47,7 +47,7 @@ PRECISE_DPS = 60
 
 _SCALAR_OPS = frozenset(
     {"num", "sym", "const", "add", "mul", "div", "neg", "pow", "func", "root", "mixed", "fact", "pct", "deg",
-     "unit", "group", "call"}
+     "unit", "group", "call", "sum", "prod"}
 )  # fmt: skip
 
 
@@ -675,10 +675,58 @@ def scalar(node: Node, raw: str = "") -> Scalar:
             break
     if negate:
         node = Node("neg", (node,))
-    node = _inner_units_as_symbols(node)
+    node = expand_series(_inner_units_as_symbols(node))
     if percent:
         node = Node("pct", (node,))
     return Scalar(node, raw or to_text(node), percent, unit)
+
+
+MAX_SERIES_TERMS = 1_000
+"""Most terms a \\sum or \\prod with whole-number limits is written out to; more is TooComplex."""
+
+
+def expand_series(node: Node) -> Node:
+    """Every \\sum / \\prod whose limits are whole numbers written out as a sum or product of its terms
+    (the index replaced by each number); one with a variable limit (\\sum_{k=1}^{n}) is left as it is, and
+    equivalence.py compares it at whole numbers."""
+    if not any(part.op in ("sum", "prod") for part in node.walk()):
+        return node
+    args = tuple(expand_series(arg) for arg in node.args)
+    if node.op in ("sum", "prod"):
+        body, first, last = args
+        start, stop = fold(first), fold(last)
+        if start is None or stop is None:
+            return Node(node.op, args, node.value)
+        if start.denominator != 1 or stop.denominator != 1:
+            raise ParseError("a series whose limits are not whole numbers")
+        count = int(stop) - int(start) + 1
+        if count > MAX_SERIES_TERMS:
+            raise TooComplex(f"a series of more than {MAX_SERIES_TERMS} terms")
+        if count <= 0:  # an empty sum is 0, an empty product 1
+            return Node(
+                "num", (), Number(Fraction(int(node.op == "prod")), str(int(node.op == "prod")), "int")
+            )
+        terms = tuple(
+            substitute(body, str(node.value), Fraction(index)) for index in range(int(start), int(stop) + 1)
+        )
+        return Node("group", (Node("add" if node.op == "sum" else "mul", terms),))
+    return node if args == node.args else Node(node.op, args, node.value)
+
+
+def substitute(node: Node, name: str, value: Fraction) -> Node:
+    """The tree with the variable `name` replaced by a number (a series' own index inside it is left alone)."""
+    if node.op in ("sym", "const") and node.value == name:  # \\prod_{i=1}^{4} i: i is the index there
+        number = Node(
+            "num", (), Number(abs(value), str(abs(value)), "int" if value.denominator == 1 else "dec")
+        )
+        return Node("group", (Node("neg", (number,)),)) if value < 0 else number
+    if node.op in ("sum", "prod") and node.value == name:
+        body, first, last = node.args
+        return Node(
+            node.op, (body, substitute(first, name, value), substitute(last, name, value)), node.value
+        )
+    args = tuple(substitute(arg, name, value) for arg in node.args)
+    return node if args == node.args else Node(node.op, args, node.value)
 
 
 def _inner_units_as_symbols(node: Node) -> Node:
@@ -1176,11 +1224,15 @@ def _exact_log(value: Fraction, base: Fraction) -> Fraction | None:
 
 
 def free_symbols(node: Node) -> frozenset[str]:
-    """Names of the variables in a tree."""
-    names = set()
-    for part in node.walk():
-        if part.op == "sym" or part.op == "call":
-            names.add(str(part.value))
+    """Names of the variables in a tree (a series' index is bound inside it, not free)."""
+    if node.op in ("sum", "prod"):
+        body, first, last = node.args
+        return (free_symbols(body) - {str(node.value)}) | free_symbols(first) | free_symbols(last)
+    if node.op == "sym" or node.op == "call":
+        return frozenset({str(node.value)}) | frozenset().union(*(free_symbols(arg) for arg in node.args))
+    names: set[str] = set()
+    for arg in node.args:
+        names |= free_symbols(arg)
     return frozenset(names)
 
 
@@ -1484,6 +1536,8 @@ def _evaluate(node: Node, env: _Env, lib):
         return lib.power(_evaluate(args[0], env, lib), 1 / _evaluate(args[1], env, lib))
     if op == "func":
         return _function(node, env, lib)
+    if op in ("sum", "prod"):
+        raise Undefined("a series with a variable limit")  # compared at whole numbers instead
     raise Undefined(f"{op} has no numeric value")
 
 

@@ -200,6 +200,7 @@ def _parts_in_boxes(response: str, extracted: Extracted, gold: Value) -> Extract
     return Extracted(boxes, "boxed_parts_ordered" if ordered else "boxed_parts", False)
 
 
+_SERIES = re.compile(r"\\(?:sum|prod)(?![A-Za-z])|[∑∏]")
 _PART_MARK = re.compile(
     r"(?:^|(?<=\s)|(?<=\*\*))(?:part\s*)?\(?((?<!\w)(?:[a-h]|[1-9]|i{1,3}|iv|v|vi{1,3}))[).](?=\s|\*\*)",
     re.IGNORECASE,
@@ -228,6 +229,10 @@ def _judge(gold: Value, extracted: Extracted, options: MathOptions, details: dic
         details["rule"] = "unparseable"
         return graded(False, details, "unparseable")
     details["answer_normalized"] = clip(answer.normalized())
+    if _SERIES.search(" ".join(candidates)) and not _SERIES.search(gold.raw):
+        # \\sum_{k=1}^{n} k restates the question "find the sum": only a gold that is itself a series takes one
+        details["rule"] = "unevaluated_series"
+        return graded(False, details, "wrong_answer")
     match = equivalent(gold, answer, policy)
     details["rule"] = match.rule
     if match.ok and options.form is not None:
