@@ -49,3 +49,29 @@ def test_series(response: str, gold: str, expected: int) -> None:
 def test_series_without_a_comparable_value_are_refused(gold: str) -> None:
     with pytest.raises(ValidationError):
         MathReference(answer=gold)
+
+
+def _matrix(a: int, b: int, c: int, d: int) -> str:
+    return f"\\begin{{pmatrix}}{a}&{b}\\\\{c}&{d}\\end{{pmatrix}}"
+
+
+@pytest.mark.parametrize(
+    ("response", "gold", "expected"),
+    [
+        (_matrix(1, 2, 3, 4) + "+" + _matrix(1, 0, 0, 1), _matrix(2, 2, 3, 5), 1),
+        (_matrix(1, 2, 0, 1) + _matrix(1, 0, 3, 1), _matrix(7, 2, 3, 1), 1),  # a product, row by column
+        (_matrix(1, 2, 0, 1) + _matrix(1, 0, 3, 1), _matrix(1, 2, 3, 1), 0),  # not cell by cell
+        ("2" + _matrix(1, 2, 3, 4), _matrix(2, 4, 6, 8), 1),
+        (_matrix(1, 2, 3, 4) + "^T", _matrix(1, 3, 2, 4), 1),
+        (_matrix(1, 1, 0, 1) + "^2", _matrix(1, 2, 0, 1), 1),
+        ("-" + _matrix(1, 2, 3, 4), _matrix(-1, -2, -3, -4), 1),
+        (_matrix(1, 2, 3, 4) + "+1", _matrix(2, 3, 4, 5), 0),  # a number added to a matrix is no matrix
+    ],
+)
+def test_matrix_arithmetic(response: str, gold: str, expected: int) -> None:
+    assert reward(response, gold) == expected
+
+
+def test_a_relation_with_its_value_missing_is_a_damaged_gold() -> None:
+    with pytest.raises(ValidationError):
+        MathReference(answer="x = ")

@@ -340,6 +340,7 @@ class Labelled(Value):
 # -- parsing text into a value -------------------------------------------------------------------------------
 
 _PLAIN_NUMBER = re.compile(r"-?(?:\d+(?:\.\d+)?|\.\d+)")
+_DANGLING_RELATION = re.compile(r"(?:=|<|>|≤|≥)\s*$")
 _LEADING_APPROX = re.compile(r"^(?:\\approx|\\sim|\\simeq|\\thickapprox)(?![A-Za-z])\s*")
 _PLAIN_FRACTION = re.compile(r"(-?)(\d+)/(\d+)")
 _UNWRAP = re.compile(
@@ -439,6 +440,8 @@ def _parse_value(text: str) -> Value:
         # Words we cannot read as math are a plain-text answer; broken LaTeX ("\\frac{1}{") is not.
         words = _text_form(unwrapped)
         if words and "\\" not in unwrapped and any(char.isalpha() for char in words):
+            if _DANGLING_RELATION.search(unwrapped):  # "x = ": a relation with its value missing, not words
+                raise
             return Text(words, prepared)
         raise
 
@@ -609,6 +612,8 @@ def to_value(node: Node, raw: str = "") -> Value:
         return _solutions(Items("list", tuple(items), raw))
     if op != "pm" and op != "rel" and any(part.op == "pm" for part in node.walk()):
         return _expanded_pm(node, raw)
+    if op in ("add", "mul", "neg", "pow", "div") and any(part.op == "matrix" for part in node.walk()):
+        return _matrix_arithmetic(node, raw)
     if op == "bracket":
         return _bracket(node, raw)
     if op == "set":
@@ -768,6 +773,106 @@ def _plus_minus(node: Node, raw: str) -> Items:
     if node.value == "mp":
         plus, minus = minus, plus
     return Items("pm", (scalar(plus), scalar(minus)), raw)
+
+
+MAX_MATRIX_SIDE = 10
+"""Largest matrix side that matrix arithmetic is carried out on (its cells stay trees, compared as usual)."""
+
+_Cells = tuple[tuple[Node, ...], ...]
+
+
+def _matrix_arithmetic(node: Node, raw: str) -> Matrix:
+    """A sum, product, scalar multiple, negation, whole power or transpose of written-out matrices, carried out
+    cell by cell on the trees (nothing is evaluated here): `\\begin{pmatrix}1&2\\\\3&4\\end{pmatrix} +
+    \\begin{pmatrix}1&0\\\\0&1\\end{pmatrix}` is the matrix of the sums. Shapes that do not fit are a ParseError."""
+    cells = _cells(node)
+    if not isinstance(cells, tuple):
+        raise ParseError("a matrix inside an expression that is not matrix arithmetic")
+    env = next(str(part.value) for part in node.walk() if part.op == "matrix")
+    return Matrix(tuple(tuple(scalar(cell) for cell in row) for row in cells), env, raw)
+
+
+def _cells(node: Node) -> _Cells | Node:
+    """The cells of a matrix-valued tree, or the tree itself when it is a scalar."""
+    op = node.op
+    if op == "matrix":
+        rows = tuple(tuple(row.args) for row in node.args)
+        if len(rows) > MAX_MATRIX_SIDE or any(len(row) != len(rows[0]) for row in rows):
+            raise ParseError("a matrix too large or with ragged rows for arithmetic")
+        return rows
+    if op == "group":
+        return _cells(node.args[0])
+    if op == "neg":
+        inner = _cells(node.args[0])
+        return _map(inner, lambda cell: Node("neg", (cell,))) if isinstance(inner, tuple) else node
+    if op == "add":
+        parts = [_cells(arg) for arg in node.args]
+        if not any(isinstance(part, tuple) for part in parts):
+            return node
+        if not all(isinstance(part, tuple) for part in parts):
+            raise ParseError("a matrix added to a number")
+        shape = _shape(parts[0])  # type: ignore[arg-type]
+        if any(_shape(part) != shape for part in parts):  # type: ignore[arg-type]
+            raise ParseError("matrices of different shapes added")
+        return tuple(
+            tuple(Node("add", tuple(part[i][j] for part in parts)) for j in range(shape[1]))  # type: ignore[index]
+            for i in range(shape[0])
+        )
+    if op == "mul":
+        result: _Cells | Node | None = None
+        for arg in node.args:
+            part = _cells(arg)
+            result = part if result is None else _multiply(result, part)
+        return node if result is None else result
+    if op == "div":
+        top, bottom = _cells(node.args[0]), _cells(node.args[1])
+        if isinstance(bottom, tuple):
+            raise ParseError("division by a matrix")
+        return _map(top, lambda cell: Node("div", (cell, bottom))) if isinstance(top, tuple) else node
+    if op == "pow":
+        base = _cells(node.args[0])
+        if not isinstance(base, tuple):
+            return node
+        exponent = node.args[1]
+        if exponent.op == "sym" and exponent.value == "T":
+            return tuple(zip(*base, strict=True))
+        power = fold(exponent)
+        if power is None or power.denominator != 1 or not 1 <= power <= 8:
+            raise ParseError("a matrix power that is not a whole number from 1 to 8")
+        result = base
+        for _ in range(int(power) - 1):
+            result = _multiply(result, base)  # type: ignore[assignment]
+        return result
+    if any(part.op == "matrix" for part in node.walk()):
+        raise ParseError(f"a matrix inside {op}")
+    return node
+
+
+def _shape(cells: _Cells) -> tuple[int, int]:
+    return len(cells), len(cells[0]) if cells else 0
+
+
+def _map(cells: _Cells, function) -> _Cells:
+    return tuple(tuple(function(cell) for cell in row) for row in cells)
+
+
+def _multiply(left: _Cells | Node, right: _Cells | Node) -> _Cells | Node:
+    if not isinstance(left, tuple) and not isinstance(right, tuple):
+        return Node("mul", (left, right))
+    if not isinstance(left, tuple):
+        return _map(right, lambda cell: Node("mul", (left, cell)))  # type: ignore[arg-type]
+    if not isinstance(right, tuple):
+        return _map(left, lambda cell: Node("mul", (cell, right)))
+    (rows, inner), (inner_right, columns) = _shape(left), _shape(right)
+    if inner != inner_right:
+        raise ParseError("matrices whose shapes cannot be multiplied")
+    return tuple(
+        tuple(
+            Node("add", tuple(Node("mul", (left[i][k], right[k][j])) for k in range(inner)))
+            for j in range(columns)
+        )
+        for i in range(rows)
+    )
 
 
 MAX_PM = 3
