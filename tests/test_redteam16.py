@@ -325,3 +325,18 @@ def test_the_openrlhf_route_scores_the_response_not_the_earlier_turn():
             body = {"query": [query + response], "prompts": [_PROMPT], "labels": [label]}
             answer = client.post("/compat/openrlhf/get_reward", json=body).json()
             assert answer["rewards"] == [reward], (response, answer)
+
+
+def test_a_truncated_inst_query_never_scores_an_earlier_turn_of_the_prompt():
+    # Rule 4 (a short final header, `[/INST]`): an earlier turn's header within CUT_SLACK characters of the
+    # query's start qualified with no evidence at all.
+    from proctor.adapters.labels import PromptMismatch, strip_prompt
+
+    prompt = "[INST] You are helpful.\n\nWhat is 6*7? [/INST] <think>6*7</think> The answer is 42.</s>[INST] What is 6*8? [/INST]"
+    query = "[INST] You are helpful.\n\nWhat is 6*7? [/INST] The answer is 42.</s>[INST] What is 6*8? [/INST]"
+    for cut in range(len(query)):
+        try:
+            got = strip_prompt(query[cut:] + " 48", prompt)
+        except PromptMismatch:
+            continue
+        assert " 48".endswith(got), (cut, got[:60])

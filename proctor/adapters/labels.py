@@ -303,7 +303,8 @@ def _after_final_header(query: str, prompt: str) -> int | None:
     """Rule 4 of strip_prompt: where the response starts after the prompt's final assistant header, else None.
 
     The first of the header's first PROMPT_TRIES occurrences that the end of the prompt before the header
-    precedes (CUT_SLACK characters of leeway at the query's start), else its last occurrence. The last can
+    precedes (CUT_SLACK characters of leeway at the query's start; a later one preceded by more of it wins,
+    `_stronger_header`), else its last occurrence. The last can
     be one the response wrote, which only moves the boundary into the response, never back into the prompt.
     """
     header = final_assistant_header(prompt)
@@ -315,6 +316,23 @@ def _after_final_header(query: str, prompt: str) -> int | None:
         if position < 0:
             break
         if _ends_with(before, query, min(position, CUT_SLACK), position):
-            return position + len(header)
+            return _stronger_header(query, before, header, position)
         position = query.find(header, position + 1)
     return query.rfind(header) + len(header)
+
+
+def _stronger_header(query: str, before: str, header: str, found: int) -> int:
+    """Where the response starts after the header at `found`, unless a later occurrence of it (of PROMPT_TRIES
+    checked) is preceded by more of `before`'s end than that one's whole span: a query left-cut within CUT_SLACK
+    characters of an earlier turn's header (`[/INST]`) qualifies with no evidence at all, and when the query's
+    template renders the history differently the real final header does not qualify, so that earlier turn
+    and the rest of the prompt were scored as the response. This only moves the boundary later."""
+    best, best_position = found - min(found, CUT_SLACK), found
+    position = query.find(header, found + 1)
+    for _ in range(PROMPT_TRIES):
+        if position < 0:
+            break
+        if position > best and _ends_with(before, query, position - best - 1, position):
+            best, best_position = _common_suffix(before, query, position), position
+        position = query.find(header, position + 1)
+    return best_position + len(header)
