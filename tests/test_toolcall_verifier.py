@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -674,3 +675,32 @@ def test_over_http_score_and_batch(live_server: str):
     assert results[1]["reason"] == "wrong_values"
     assert results[2]["error"]["status"] == 422 and results[2]["error"]["field"] == "reference.calls.0.name"
     assert results[5]["error"]["status"] == 422 and results[5]["error"]["field"] == "response.0.tool_calls"
+
+
+# -- the documentation's examples run ----------------------------------------------------------------------------------
+
+DOC = Path(__file__).resolve().parents[1] / "docs" / "verifiers" / "toolcall.md"
+
+
+def _doc_blocks(language: str) -> list[str]:
+    blocks, current, inside = [], [], False
+    for line in DOC.read_text().splitlines():
+        if not inside and line.strip() == f"```{language}":
+            inside, current = True, []
+        elif inside and line.strip() == "```":
+            inside = False
+            blocks.append("\n".join(current))
+        elif inside:
+            current.append(line)
+    return blocks
+
+
+def test_documented_json_examples_score_as_the_page_says(engine: Engine):
+    requests = [json.loads(block) for block in _doc_blocks("json")]
+    # In page order: the opening example, no call expected, two calls in another order, a sign error.
+    assert [engine.score(request).reward for request in requests] == [1.0, 1.0, 1.0, 0.0]
+
+
+def test_documented_python_example_runs():
+    (block,) = _doc_blocks("python")
+    exec(compile(block, str(DOC), "exec"), {})  # the block asserts its own reward
