@@ -215,6 +215,10 @@ def test_qwen_xml_without_a_schema_keeps_every_value_as_text():
         ({"type": "array"}, "[1, 2]", [1, 2]),
         ({"type": "null"}, "null", None),
         ({"type": ["string", "integer"]}, "7", "7"),  # a string type wins: no guessing
+        ({"type": "int"}, "7", 7),  # Python-minded aliases, any case
+        ({"type": "Bool"}, "false", False),
+        ({"type": "str"}, "7", "7"),
+        ({"type": "any"}, "7", "7"),
     ],
 )
 def test_qwen_xml_coercion_per_type(schema: dict, raw: str, expected: object):

@@ -434,14 +434,29 @@ def _strip_one_newline(value: str) -> str:
     return value
 
 
-_JSON_TYPES = {"integer", "number", "boolean", "null", "object", "array", "dict", "float", "tuple", "list"}
+_TEXT_TYPES = {"string", "str"}
+_JSON_TYPES = {
+    "integer",
+    "int",
+    "number",
+    "float",
+    "boolean",
+    "bool",
+    "null",
+    "object",
+    "dict",
+    "array",
+    "tuple",
+    "list",
+}
 
 
 def coerce_text(raw: str, schema: Any) -> tuple[Any, tuple[str, str] | None]:
     """A Qwen3-Coder parameter's text read as its schema's type (JSON for anything but a string)."""
     types = schema.get("type") if isinstance(schema, Mapping) else None
-    names = {types} if isinstance(types, str) else set(types) if isinstance(types, list) else set()
-    if not names & _JSON_TYPES or "string" in names:
+    listed = [types] if isinstance(types, str) else types if isinstance(types, list) else []
+    names = {name.lower() for name in listed if isinstance(name, str)}
+    if not names & _JSON_TYPES or names & _TEXT_TYPES:
         return raw, None  # text by design: a string parameter, or no schema to say otherwise
     value, failure = load_json(raw.strip())
     if failure is not None:
