@@ -401,3 +401,38 @@ def test_parsing_is_linear_on_adversarial_input(kind: str):
     large_s = _best_time(parse, large)
     # 10x the input: a linear scan takes about 10x; a quadratic one would take about 100x.
     assert large_s / small_s < 35, (kind, small_s, large_s)
+
+
+# -- no input makes the parser raise --------------------------------------------------------------------------------
+
+SEEDS = [
+    hermes("get_weather", {"city": "Paris", "days": [1, {"a": None}]}) + "\n" + hermes("f", {}),
+    QWEN,
+    "<function=f>\n<parameter=n>\n1\n</parameter>\n</function>",
+    '[math.add(a=1, b=-2.5), f(s="x", l=[1, (2, 3)], d={"k": None})]',
+    "Prose first.\n```\ncode\n```\n> quote `tick` " + hermes("f", {"a": "b"}),
+]
+NOISE = "<>/{}[]()\"'`=,:\\\n tool_call function parameter NaN -1e999 ```"
+
+
+def test_random_mutations_never_raise():
+    import random
+
+    rng = random.Random(18)
+    tools = {
+        "f": {"properties": {"n": {"type": "integer"}, "a": {"type": "object"}}},
+        "book.hotel": HOTEL["book.hotel"],
+    }
+    for _ in range(3000):
+        text = list(rng.choice(SEEDS))
+        for _ in range(rng.randint(1, 6)):
+            position = rng.randrange(len(text) + 1)
+            if rng.random() < 0.5 and text:
+                del text[min(position, len(text) - 1)]
+            else:
+                text.insert(position, rng.choice(NOISE.split(" ") if rng.random() < 0.3 else list(NOISE)))
+        mutated = "".join(text)
+        for dialect in ("auto", "hermes", "qwen_xml", "pythonic"):
+            parsed = parse_text(mutated, dialect, tools)  # type: ignore[arg-type]
+            assert isinstance(parsed, ParsedCalls)
+            assert all(isinstance(call.arguments, dict) for call in parsed.calls)

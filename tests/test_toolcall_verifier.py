@@ -704,3 +704,58 @@ def test_documented_json_examples_score_as_the_page_says(engine: Engine):
 def test_documented_python_example_runs():
     (block,) = _doc_blocks("python")
     exec(compile(block, str(DOC), "exec"), {})  # the block asserts its own reward
+
+
+# -- no argument makes the verifier raise ---------------------------------------------------------------------------
+
+
+def _random_value(rng, depth: int = 0) -> Any:
+    kind = rng.randrange(9 if depth < 3 else 6)
+    if kind == 6:
+        return [_random_value(rng, depth + 1) for _ in range(rng.randrange(3))]
+    if kind == 7:
+        keys = ["name", "address", "city", "zip", "x"]
+        return {rng.choice(keys): _random_value(rng, depth + 1) for _ in range(rng.randrange(3))}
+    if kind == 8:
+        return {"city": rng.choice(["London", "london ", 1]), "zip": rng.choice(["N1", None])}
+    return [
+        None,
+        rng.choice([True, False]),
+        rng.randint(-5, 5),
+        rng.choice([0.5, -1.5, 150.0, 1e308, -0.0]),
+        rng.choice(["", " ", "Paris", "-1.5", "celsius", "A"]),
+        10**30,
+    ][kind]
+
+
+def test_random_arguments_never_raise():
+    import random
+
+    from proctor.registry import get_verifier
+    from proctor.verifiers.toolcall.verifier import ToolcallOptions, score_toolcall
+
+    spec = get_verifier("toolcall")
+    gold = {
+        "customer": [{"name": ["Ada"], "address": [{"city": ["London"], "zip": ["N1", ""]}]}],
+        "items": [["a"], ""],
+        "tags": [["x", "y"], ""],
+        "meta": [{"k": 1}, ""],
+    }
+    references = [
+        spec.parse_reference(REF),
+        spec.parse_reference({"tools": [NESTED], "calls": [{"name": "order", "arguments": gold}] * 2}),
+        spec.parse_reference(move_ref(dx=[1, -3], dy=[2.5, ""], label=["a", ""])),
+    ]
+    keys = ["city", "unit", "days", "customer", "items", "tags", "meta", "dx", "dy", "label", "other"]
+    rng = random.Random(18)
+    options = ToolcallOptions()
+    for _ in range(2000):
+        reference = rng.choice(references)
+        calls = []
+        for _ in range(rng.randrange(4)):
+            name = rng.choice(["get_weather", "order", "robot.move", "stock.price"])
+            arguments = {rng.choice(keys): _random_value(rng) for _ in range(rng.randrange(5))}
+            calls.append((name, json.dumps(arguments)))
+        verdict = score_toolcall(assistant(*calls)[1:], reference, options)
+        assert verdict.reward in (0.0, 1.0) and set(verdict.components) == {"name", "keys", "values"}
+        assert verdict.reward == 0.0 or verdict.components["values"] == 1.0
