@@ -13,6 +13,7 @@ import pytest
 from proctor.verifiers.reading.tool_calls import (
     MAX_ARGUMENT_DEPTH,
     MAX_CALLS,
+    MAX_PYTHONIC_CHARS,
     ParsedCalls,
     bracket_depth,
     detect_dialect,
@@ -283,6 +284,7 @@ def test_pythonic_calls_with_literals_dotted_names_and_lists():
         ("f(a=1) and more words", "invalid_python"),
         ("[f(a=1), 3]", "bad_call"),
         ("f(a=" + "[" * 200 + "]" * 200 + ")", "too_deep"),
+        ("f(a=[" + "1," * 200_000 + "])", "too_long"),
     ],
 )
 def test_pythonic_errors(text: str, code: str):
@@ -436,3 +438,13 @@ def test_random_mutations_never_raise():
             parsed = parse_text(mutated, dialect, tools)  # type: ignore[arg-type]
             assert isinstance(parsed, ParsedCalls)
             assert all(isinstance(call.arguments, dict) for call in parsed.calls)
+
+
+def test_pythonic_parsing_is_linear_up_to_its_cap():
+    def make(n: int) -> str:
+        return "f(a=[" + "1," * (n // 2) + "])"
+
+    small, large = make(MAX_PYTHONIC_CHARS // 10 - 10), make(MAX_PYTHONIC_CHARS - 10)
+    assert parse_text(large).ok and len(parse_text(large).calls[0].arguments["a"]) > 90_000
+    ratio = _best_time(parse_text, large) / max(_best_time(parse_text, small), 1e-3)
+    assert ratio < 35, ratio

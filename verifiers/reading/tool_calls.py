@@ -53,6 +53,9 @@ MAX_CALLS = 128
 """More calls than this in one message is an error (`too_many_calls`): no task asks for that many at once."""
 MAX_NAME_CHARS = 256
 """A tool name longer than this is an error."""
+MAX_PYTHONIC_CHARS = 200_000
+"""Pythonic calls longer than this are an error (`too_long`) before `ast.parse`, which costs microseconds per
+character and far more memory than the text (1 MB of `1,` takes seconds); JSON dialects parse in C and have no cap."""
 
 
 class ToolCall(BaseModel):
@@ -477,6 +480,8 @@ def parse_pythonic(text: str) -> ParsedCalls:
     if not looks_like_pythonic_call(stripped):
         return ParsedCalls()
     result = ParsedCalls(dialect="pythonic")
+    if len(stripped) > MAX_PYTHONIC_CHARS:
+        return _failed(result, "too_long", f"pythonic calls longer than {MAX_PYTHONIC_CHARS} characters")
     if bracket_depth(stripped) > MAX_ARGUMENT_DEPTH + 2:
         return _failed(result, "too_deep", f"lists and objects nest more than {MAX_ARGUMENT_DEPTH} levels")
     try:
