@@ -10,6 +10,7 @@ import asyncio
 import contextvars
 import inspect
 import logging
+import re
 import threading
 import time
 from collections.abc import Coroutine
@@ -120,6 +121,9 @@ def resolve_end_tokens(options: BaseOptions, default: tuple[str, ...] | None = N
     return inherited if inherited is not None else get_settings().end_token_list
 
 
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
 def prepare(request: ScoreRequest | dict[str, Any], *, end_tokens: tuple[str, ...] | None = None) -> Prepared:
     """Look the verifier up, validate reference and options and read the response; raises RequestError (404, 422).
 
@@ -136,6 +140,10 @@ def prepare(request: ScoreRequest | dict[str, Any], *, end_tokens: tuple[str, ..
     options = spec.parse_options(parsed.options)
     tokens = resolve_end_tokens(options, end_tokens)
     response, record = cut_response(parsed.response, tokens, messages=spec.accepts_messages)
+    if isinstance(response, str) and _LONE_SURROGATE.search(response):
+        # JSON can carry "\ud800"; no tokenizer writes it and no UTF-8 file can hold it. It becomes U+FFFD, so a
+        # program or answer holding one is graded as written rather than failing the machinery (a masked 503).
+        response = _LONE_SURROGATE.sub("\ufffd", response)
     key = cache_key(
         spec.qualified_name,
         spec.reference_adapter.dump_python(reference, mode="json"),

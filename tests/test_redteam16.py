@@ -6,6 +6,8 @@ failure could be scored as reward 0, found while attacking those features.
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from tests.judge_server import Raw
@@ -59,11 +61,6 @@ REASONING_CUT = {
 }
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="verifiers/judge/common.py ask_judge checks `reply.text is None` (a refusal, counted as a wrong "
-    "verdict) before `reply.truncated`: a judge cut off while thinking scores the response ok/0; swap the checks",
-)
 @pytest.mark.parametrize("verifier", ["judge.rubric", "judge.equivalence"])
 def test_a_judge_verifier_cut_off_with_no_content_is_judge_error(http, judge, verifier):  # noqa: F811
     judge.script(*[Raw(REASONING_CUT)] * 4)
@@ -71,9 +68,15 @@ def test_a_judge_verifier_cut_off_with_no_content_is_judge_error(http, judge, ve
         {"items": [{"criterion": "Names paris"}]} if verifier == "judge.rubric" else {"answer": "Paris"}
     )
     score = http.post(
-        "/v1/score", json={"verifier": verifier, "response": f"Paris cut {verifier}", "reference": reference}
+        # judge.equivalence asks only about an extracted final answer (and math first, which says no to a word)
+        "/v1/score",
+        json={
+            "verifier": verifier,
+            "response": f"Cut {verifier}: \\boxed{{the capital of France}}",
+            "reference": reference,
+        },
     ).json()
-    assert score["status"] == "judge_error" and score["reason"] == "judge_truncated", score
+    assert score["status"] == "judge_error" and score["reason"] == "judge_truncated", json.dumps(score)
 
 
 # -- OpenAI graders: a string_check whose reference the item leaves empty or null passes wrong samples -------
@@ -192,12 +195,6 @@ def test_the_graders_routes_refuse_a_lone_surrogate_with_422_not_500(grader, bod
             assert response.json()["error"]["field"] == field
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a response holding a lone surrogate (JSON '\\ud800') cannot be written into the sandbox's UTF-8 "
-    "files: sandbox_error (masked) and a warm sandbox torn down; fix at the contract (422 or U+FFFD in prepare) "
-    "or in the sandbox's file writer (not this reviewer's files)",
-)
 def test_a_code_response_with_a_lone_surrogate_is_scored_not_a_sandbox_error(backend):
     from proctor.engine import Engine
 

@@ -129,10 +129,7 @@ async def ask(
     verdicts: list[T | None] = []
     for reply in replies:
         ledger.add(reply)
-        if reply.text is None:
-            ledger.problems.append(f"refusal: {(reply.refusal or '')[:200]}")
-            verdicts.append(None)
-            continue
+        # Truncation first: a reasoning judge cut off while thinking has no content at all, which is not a refusal.
         if reply.truncated:
             # A cut-off reply may end in a verdict it was about to revise, or in half a number: it is no verdict,
             # and not the response's fault either (a reward of 0 would punish it for the judge's length limit).
@@ -142,6 +139,10 @@ async def ask(
                 "before it gave a verdict; raise options.max_tokens",
                 reply.attempts,
             )
+        if reply.text is None:
+            ledger.problems.append(f"refusal: {(reply.refusal or '')[:200]}")
+            verdicts.append(None)
+            continue
         try:
             verdicts.append(parse(reply.text))
         except Unparseable as exc:
