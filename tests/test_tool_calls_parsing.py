@@ -166,6 +166,29 @@ def test_a_call_in_a_code_block_inline_code_or_a_quote_is_an_error(text: str):
     assert parsed.calls == [] and codes(parsed) == ["quoted_call"]
 
 
+@pytest.mark.parametrize(
+    "text",
+    [
+        "```python\nget_weather(city='Paris')\n```",
+        "```\n[get_weather(city='Paris'), a.b(x=1)]\n```",
+        "Run `a.b(x=1)` for that.",
+        "> get_weather(city='Paris')",
+    ],
+)
+def test_a_pythonic_call_of_an_offered_tool_shown_as_code_is_an_error(text: str):
+    tools = {"get_weather": {}, "a.b": {}}
+    assert codes(parse_text(text, tools=tools)) == ["quoted_call"]
+    assert parse_text(text) == ParsedCalls()  # without tools, nothing says the code is a call
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["Try `len(x)`.", "```python\nprint(get_weather)\n```", "You could call get_weather(city='Paris')."],
+)
+def test_code_that_calls_no_offered_tool_is_text(text: str):
+    assert parse_text(text, tools={"get_weather": {}}) == ParsedCalls()
+
+
 def test_a_call_after_a_closed_code_block_is_a_call():
     text = "Here is the plan:\n```python\nx = 1\n```\n" + hermes("f", {"a": 1})
     assert parse_text(text).ok and parse_text(text).calls[0].name == "f"

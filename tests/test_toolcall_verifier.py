@@ -399,6 +399,18 @@ def test_no_call_expected(score):
     assert score("<think>I should not call anything", NONE).reason == "empty_response"
 
 
+def test_a_call_shown_as_code_is_no_answer_where_no_call_is_expected(score):
+    for response in [
+        "```python\nget_weather(city='Paris')\n```",
+        "I would run `stock.price(ticker='AAPL')` but it does not apply.",
+        "```\n" + hermes("get_weather", {"city": "Paris"}) + "\n```",
+    ]:
+        result = score(response, NONE)
+        assert result.reward == 0.0 and result.details["errors"][0]["code"] == "quoted_call", result
+    # Code that calls no offered tool is ordinary text.
+    assert reward(score, "In Python, `len(x)` counts items; no tool is needed.", NONE) == 1.0
+
+
 def test_a_malformed_call_is_never_an_abstention(score):
     for response in [
         '<tool_call>{"name": "get_weather", "arguments": {"city": }}</tool_call>',
@@ -437,7 +449,8 @@ def test_right_name_and_keys_with_wrong_values_scores_what_no_call_scores(score)
         ("<think>" + hermes("get_weather", {"city": "Paris"}), "no_call"),
         ("```\n" + hermes("get_weather", {"city": "Paris"}) + "\n```", "parse_error"),
         ("```json\n" + hermes("get_weather", {"city": "Paris"}) + "\n```", "parse_error"),
-        ("`get_weather(city='Paris')`", "no_call"),
+        ("`get_weather(city='Paris')`", "parse_error"),
+        ("Like this:\n```python\nget_weather(city='Paris')\n```", "parse_error"),
         ("> " + hermes("get_weather", {"city": "Paris"}).replace("\n", ""), "parse_error"),
         ("You could call get_weather(city='Paris').", "no_call"),
         (

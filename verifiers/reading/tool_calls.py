@@ -20,8 +20,8 @@ Nothing is repaired and nothing is dropped: a call that cannot be read is an ent
 `parse_error` for sessions, reward 0 for the verifier), never an abstention. JSON arguments must be an object;
 NaN and Infinity, duplicate keys and nesting past MAX_ARGUMENT_DEPTH are errors; string values are never
 coerced into numbers. In text, prose may surround the calls, but a call block that lies in quoted text (a fenced
-code block, inline code, a Markdown quote line) is a `quoted_call` error: a call shown as an example is neither
-a call nor an abstention.
+code block, inline code, a Markdown quote line) is a `quoted_call` error, and so is such code opening a pythonic
+call of an offered tool (when `tools` are given): a call shown as an example is neither a call nor an abstention.
 
 Every scan is linear: `str.find` loops and one-pass bracket counting, no regular expressions, no recursion on
 the model's text (`ast.parse` and `json.loads` run only after a linear depth check has bounded their input).
@@ -32,7 +32,7 @@ from __future__ import annotations
 import ast
 import json
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Container, Mapping, Sequence
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -517,13 +517,40 @@ def looks_like_pythonic_call(text: str) -> bool:
     The end is not checked, so a call cut short (`f(a=1`) is a malformed call, not prose; a name followed
     by a space (`Paris (France)`) is prose.
     """
+    return leading_call_name(text) is not None
+
+
+def leading_call_name(text: str) -> str | None:
+    """The dotted name a pythonic call in stripped text opens with (`[f(` or `f(`), or None."""
     index = len(text) - len(text[1:].lstrip()) if text.startswith("[") else 0
     start = index
     while index < len(text) and (text[index].isalnum() or text[index] in "_."):
         index += 1
     if index == start or not (text[start].isalpha() or text[start] == "_"):
-        return False
-    return text.startswith("(", index)
+        return None
+    return text[start:index] if text.startswith("(", index) else None
+
+
+def quoted_pythonic_call(text: str, names: Container[str]) -> bool:
+    """Whether code in the text (a fenced block's line, an inline code span, a quote line) opens a pythonic call
+    of one of the named tools: a call shown as code is neither a call nor an answer. One pass over the text."""
+    in_fence = False
+    for line in text.split("\n"):
+        stripped = line.strip()
+        if stripped.startswith(("```", "~~~")):
+            in_fence = not in_fence
+            continue
+        if in_fence:
+            pieces = [stripped]
+        else:
+            pieces = line.split("`")[1::2]  # the inside of each inline code span
+            if stripped.startswith(">"):
+                pieces.append(stripped.lstrip("> "))
+        for piece in pieces:
+            name = leading_call_name(piece.strip())
+            if name is not None and name in names:
+                return True
+    return False
 
 
 def _dotted_name(node: ast.expr) -> str | None:
@@ -642,7 +669,12 @@ def parse_text(
     if chosen == "qwen_xml":
         return parse_qwen_xml(text, tools) if FUNCTION_OPEN in text else ParsedCalls()
     if chosen == "pythonic":
-        return parse_pythonic(text)
+        parsed = parse_pythonic(text)
+        if parsed.dialect is None and tools and quoted_pythonic_call(text, tools):
+            return _failed(
+                ParsedCalls(dialect="pythonic"), "quoted_call", "a call shown as code is not a call"
+            )
+        return parsed
     return ParsedCalls()  # openai: calls are never read from text
 
 
