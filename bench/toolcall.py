@@ -38,6 +38,12 @@ from common import ROOT, append_results, git_commit  # bench/common.py: the scri
 
 DATASET = ROOT / "datasets" / "toolcall" / "labelled.jsonl"
 PEER = "BFCL checker rules (re-implemented from the brief's description)"
+FIRST_RUN_ON_LATER_ROWS = (
+    "On its first run over the 22 rows written after it, Proctor agreed on 20: `tc-084` (a run of two spaces "
+    "inside a gold string) and `tc-100` (a right call followed by a user turn the model wrote itself, "
+    "`<|im_start|>user`) were wrong. Since then a run of whitespace inside a string counts as one space and a "
+    "chat-template marker that opens a new turn scores 0 (`fake_turn`); the counts above are after those fixes."
+)
 
 
 def load_rows(path: Path = DATASET) -> list[dict[str, Any]]:
@@ -244,21 +250,30 @@ def report(rows: list[dict[str, Any]], proctor: list[float], peer: list[float], 
     lines.append(
         f"| **all** | {len(rows)} | **{agree(everything, proctor)}** | **{agree(everything, peer)}** |"
     )
+    later = [i for i in everything if rows[i].get("written") == "after_verifier"]
+    if later:
+        lines.append(
+            f"| rows written after the verifier | {len(later)} | {agree(later, proctor)} | {agree(later, peer)} |"
+        )
+        lines.extend(["", FIRST_RUN_ON_LATER_ROWS])
     for name, scores in (("Proctor", proctor), ("BFCL rules", peer)):
         false_pos = sum(1 for i in everything if scores[i] == 1.0 and rows[i]["label"] == 0)
         false_neg = sum(1 for i in everything if scores[i] == 0.0 and rows[i]["label"] == 1)
         lines.append("")
         lines.append(f"{name}: {false_pos} false positives (label 0 scored 1), {false_neg} false negatives.")
-        wrong = [i for i in everything if scores[i] != rows[i]["label"]]
-        for i in wrong:
+        for i in [i for i in everything if scores[i] != rows[i]["label"]]:
+            row = rows[i]
+            later_mark = ", written after the verifier" if row.get("written") == "after_verifier" else ""
             lines.append(
-                f"- `{rows[i]['id']}` ({rows[i]['category']}): {rows[i]['note']}, label {rows[i]['label']}"
+                f"- `{row['id']}` ({row['category']}{later_mark}): {row['note']}, label {row['label']}"
             )
     lines.append("")
     lines.append(
         f"Proctor scored the {len(rows)} rows in {elapsed * 1000:.0f} ms (one batch through the worker pool, "
-        "after a warm-up batch). The labels and Proctor's rules were written by the same team, so Proctor's "
-        "agreement says the rules do what the labels mean; the BFCL column shows which classes the described "
+        "after a warm-up batch). The labels and Proctor's rules were written by the same team: on the rows written "
+        "before the verifier, Proctor's agreement says the rules do what the labels mean; the rows marked "
+        "`written: after_verifier` were written once the verifier existed, aimed at cases it was not designed "
+        "around, and labelled before anything ran on them. The BFCL column shows which classes the described "
         "rules get wrong."
     )
     return "\n".join(lines) + "\n"

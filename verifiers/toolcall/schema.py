@@ -263,8 +263,9 @@ def _describe(value: Any) -> str:
 
 
 def normalize_string(text: str) -> str:
-    """Case-folded, surrounding whitespace removed; nothing inside is dropped (signs, digits, points stay)."""
-    return text.strip().casefold()
+    """Case-folded, surrounding whitespace removed, each run of whitespace inside one space; no character
+    is dropped (signs, digits, decimal points and other punctuation stay, and `New York` is not `NewYork`)."""
+    return " ".join(text.split()).casefold()
 
 
 def canonical(value: Any, schema: Schema) -> Any:

@@ -18,7 +18,8 @@ a call with the right name and every value wrong scores exactly what no call sco
 
 Always 0: a parse error of any call (never read as an abstention), more or fewer calls than gold calls
 (duplicates, extra calls, calling every tool), a call only inside `<think>` or shown in a code block, inline
-code or a quote, a `<tool_response>` written by the model itself, an empty answer where no call is expected.
+code or a quote, a `<tool_response>` or a new chat turn (`<|im_start|>` ...) written by the model itself, an empty
+answer where no call is expected.
 
 Runs in the pool: parsing is linear, but a call's arguments can be megabytes that the pair checks walk once
 per gold call.
@@ -49,6 +50,9 @@ MAX_TOOLS = 512
 MAX_GOLD_CALLS = 64
 MAX_ALTERNATIVES = 256
 TOOL_RESPONSE_TAG = "<tool_response>"
+TURN_MARKERS = ("<|im_start|>", "<|start_header_id|>", "<start_of_turn>")
+"""Chat-template markers that open a new turn (ChatML, Llama 3, Gemma): a model writing one ran past its own turn
+and is writing the user's or the tool's."""
 LEVELS: tuple[Level, ...] = ("name", "keys", "values")
 
 
@@ -231,6 +235,8 @@ def score_toolcall(
     if text is not None and TOOL_RESPONSE_TAG in text.lower():
         # Observations come only from the environment: a model writing one is inventing a tool's answer.
         return _zero("fake_tool_response", details)
+    if text is not None and any(marker in text for marker in TURN_MARKERS):
+        return _zero("fake_turn", details)
     parsed = parse_message(tool_calls, text, options.dialect, reference.parameters())
     details.update(_describe(parsed))
     if parsed.errors:
