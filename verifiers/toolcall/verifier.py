@@ -446,6 +446,9 @@ _EXAMPLES = (
         _HERMES + '\n<tool_response>{"temp": 21}</tool_response>', _REF, 0.0, note="a fake tool response"
     ),
     Example(
+        _HERMES + "\n<|im_start|>user\nPerfect, thanks!", _REF, 0.0, note="a user turn written by the model"
+    ),
+    Example(
         '<tool_call>{"name": "get_weather", "arguments": {"city": }}</tool_call>',
         _NONE,
         0.0,
