@@ -1,7 +1,7 @@
 """Red team 17: the math verifier's new leniencies (3d122bf..HEAD) attacked as a reward-hacking policy would.
 
-Each xfail(strict=True) is a confirmed finding: it asserts the correct verdict, fails today, and flips to a
-pass (and so an XPASS error) when the finding is fixed. The plain tests are attacks that held.
+Every finding the red team confirmed is a test asserting the correct verdict (each failed when it was written,
+and passes since its fix); the tests named ..._held are attacks that held from the start.
 """
 
 from __future__ import annotations
@@ -31,9 +31,6 @@ COPULA_HEDGES = [
 ]
 
 
-@pytest.mark.xfail(
-    strict=True, reason="F1: copula rule takes the value after the last 'is' and drops the hedge"
-)
 @pytest.mark.parametrize(("response", "gold"), COPULA_HEDGES)
 def test_copula_sentence_hedge_is_not_credited(response: str, gold: str) -> None:
     assert reward(response, gold) == 0.0
@@ -55,9 +52,6 @@ LABELLED_SWAPS = [
 ]
 
 
-@pytest.mark.xfail(
-    strict=True, reason="F2: labelled tuple compared unordered; (p,q)=(2,3) passes for (p,q)=(3,2)"
-)
 @pytest.mark.parametrize(("response", "gold"), LABELLED_SWAPS)
 def test_labelled_tuple_swap_is_wrong(response: str, gold: str) -> None:
     assert reward(response, gold) == 0.0
@@ -94,9 +88,6 @@ BOX_THEN_COMMENTARY = [
 ]
 
 
-@pytest.mark.xfail(
-    strict=True, reason="F3: post-box commentary with an anchor overrides a correct box (regression)"
-)
 @pytest.mark.parametrize(("response", "gold"), BOX_THEN_COMMENTARY)
 def test_commentary_after_box_keeps_the_box(response: str, gold: str) -> None:
     assert reward(response, gold) == 1.0
@@ -121,7 +112,6 @@ CONDITIONAL_LATER_ANCHORS = [
 ]
 
 
-@pytest.mark.xfail(strict=True, reason="F4: a conditional/negated later anchor overrides the committed box")
 @pytest.mark.parametrize(("response", "gold"), CONDITIONAL_LATER_ANCHORS)
 def test_conditional_later_anchor_does_not_override(response: str, gold: str) -> None:
     assert reward(response, gold) == 0.0
@@ -138,9 +128,6 @@ MULTI_BOX_TRICKS = [
 ]
 
 
-@pytest.mark.xfail(
-    strict=True, reason="F5: k boxes read as k parts regardless of part order or self-correction"
-)
 @pytest.mark.parametrize(("response", "gold"), MULTI_BOX_TRICKS)
 def test_multi_box_tricks_fail(response: str, gold: str) -> None:
     assert reward(response, gold) == 0.0
@@ -160,7 +147,6 @@ def test_multi_box_held() -> None:
 # -- F6: radians dropped as "no unit" also against a gold in degrees: 2 rad passes for 2° (was 0).
 
 
-@pytest.mark.xfail(strict=True, reason="F6: '2 rad' equals a gold of 2 degrees")
 def test_radians_are_not_degrees() -> None:
     assert reward("\\boxed{2 \\text{ rad}}", "2^\\circ") == 0.0
 
@@ -186,9 +172,6 @@ FALSE_RELATIONS = [
 ]
 
 
-@pytest.mark.xfail(
-    strict=True, reason="F7: a numerically false '=' / '\\approx' chain is credited by its last side"
-)
 @pytest.mark.parametrize(("response", "gold"), FALSE_RELATIONS)
 def test_false_relation_is_not_credited(response: str, gold: str) -> None:
     assert reward(response, gold) == 0.0
@@ -303,9 +286,6 @@ RAISING = [
 ]
 
 
-@pytest.mark.xfail(
-    strict=True, reason="F8: ValueError escapes score_math for '1 000.(3)' (repeating + grouping)"
-)
 @pytest.mark.parametrize("response", RAISING)
 def test_grouped_repeating_decimal_does_not_raise(response: str) -> None:
     verdict = score_math(response, MathReference(answer="\\frac{3001}{3}"), MathOptions())
@@ -316,7 +296,6 @@ def test_grouped_repeating_decimal_does_not_raise(response: str) -> None:
 # half the answer passes.
 
 
-@pytest.mark.xfail(strict=True, reason="F9: 'x>1' passes for the two-part gold 'x>1, y>1'")
 def test_half_of_a_two_part_inequality_gold_fails() -> None:
     assert reward("\\boxed{x>1}", "x>1, y>1") == 0.0
     assert reward("\\boxed{x>1}", "x>1 \\text{ and } y>1") == 0.0
@@ -325,7 +304,6 @@ def test_half_of_a_two_part_inequality_gold_fails() -> None:
 # -- F10 (new with 0 < f(x) < 1 read as a range): the range of f passes for a gold that is a set of x.
 
 
-@pytest.mark.xfail(strict=True, reason="F10: '0<f(x)<1' (a range of f) equals the gold '0<x<1' (a domain)")
 def test_range_of_f_is_not_an_x_interval() -> None:
     assert reward("\\boxed{0<f(x)<1}", "0<x<1") == 0.0
 

@@ -193,8 +193,14 @@ def _scalar_gold(gold: Scalar, answer: Value, policy: Policy) -> Match:
 def compare_scalars(gold: Scalar, answer: Scalar, policy: Policy = DEFAULT_POLICY) -> Match:
     """Compare two scalars under the unit and percent policies."""
     if policy.units == "ignore":
-        # Radians are the unit-less measure of an angle: "2π/3 rad" is 2π/3, and compares with 120°.
+        # Radians are the unit-less measure of an angle: "2π/3 rad" is 2π/3, and compares with 120°; against a
+        # gold in degrees only as converted (2 rad is not 2°).
+        radians = gold.unit in _RADIANS or answer.unit in _RADIANS
         gold, answer = _without_radians(gold), _without_radians(answer)
+        if radians and "deg" in (gold.unit, answer.unit):
+            if gold.unit == "deg":
+                return same_value(gold.with_node(Node("deg", (gold.node,))), answer, policy)
+            return same_value(gold, answer.with_node(Node("deg", (answer.node,))), policy)
     units = _unit_rule(gold, answer, policy)
     if units is False:
         return Match(False, "unit")
@@ -544,12 +550,31 @@ def _stated_value(relation: Relation) -> Scalar | None:
     the exact side: the decimal is a gloss, and only one that agrees with it to its stated digits."""
     found = assignment(relation)
     if found is not None:
-        return _exact_before_gloss(
-            relation.sides[1:] if found[0] is relation.sides[0] else relation.sides[:-1]
-        )
-    if all(op == "=" for op in relation.ops) and not any(side.symbols for side in relation.sides):
-        return _exact_before_gloss(relation.sides)
-    return None
+        sides = relation.sides[1:] if found[0] is relation.sides[0] else relation.sides[:-1]
+    elif all(op == "=" for op in relation.ops) and not any(side.symbols for side in relation.sides):
+        sides = relation.sides
+    else:
+        return None
+    if not _consistent(sides):
+        return None  # "5 = 4", "\\sqrt2 \\approx 1.5": a chain that contradicts itself states nothing
+    return _exact_before_gloss(sides)
+
+
+def _consistent(sides: tuple[Scalar, ...]) -> bool:
+    """Whether each side of a chain of constants equals the next (a decimal side to the digits it states)."""
+    for left, right in zip(sides, sides[1:], strict=False):
+        try:
+            if right.approx is not None and left.approx is None:
+                agree = same_value(right, left).ok or _long_decimal_of(left, right)
+            elif left.approx is not None and right.approx is None:
+                agree = same_value(left, right).ok or _long_decimal_of(right, left)
+            else:
+                agree = same_value(left, right).ok
+        except Undefined:
+            return False
+        if not agree:
+            return False
+    return True
 
 
 def _exact_before_gloss(sides: tuple[Scalar, ...]) -> Scalar:
@@ -574,6 +599,8 @@ def _relation_gold(gold: Relation, answer: Value, policy: Policy) -> Match:
         return equivalent(gold.sides[-1], answer, policy)  # "2 + 3 = 5" as a gold means 5
     interval = relation_interval(gold, solve=True)
     if interval is not None:
+        if isinstance(answer, Relation) and not _same_variable(gold, answer):
+            return Match(False, "variable")  # y > 1 is not x > 1, nor 0 < f(x) < 1 the set 0 < x < 1
         return _interval_gold(interval, answer, policy)
     band = abs_band(gold)
     if isinstance(band, SetOp):
@@ -722,6 +749,23 @@ def relation_interval(relation: Relation, solve: bool = False) -> Interval | Non
 
 
 _MIRROR = {"<": ">", ">": "<", "<=": ">=", ">=": "<="}
+
+
+def _variable_of(relation: Relation) -> str | None:
+    """The one variable (or function value) an inequality bounds, as text; None when it is not one name."""
+    bounded = [side for side in relation.sides if side.symbols]
+    if len(bounded) != 1:
+        return None
+    side = bounded[0]
+    if _is_range_label(side.node):
+        return to_text(side.node)
+    return next(iter(side.symbols)) if len(side.symbols) == 1 else None
+
+
+def _same_variable(gold: Relation, answer: Relation) -> bool:
+    """Both bound the same name, or one of them bounds something that is not a single name."""
+    gold_name, answer_name = _variable_of(gold), _variable_of(answer)
+    return gold_name is None or answer_name is None or gold_name == answer_name
 
 
 def _is_range_label(node: Node) -> bool:

@@ -93,7 +93,8 @@ _ANCHOR = re.compile(
     r"|\bfinal[ \t]{1,16}answer[ \t]{0,16}(?:(?:\*\*|__)[ \t#]{0,16})?(?=\r?\n|$)"
     r"|(?<!#)####(?!#)(?=[ \t]{0,16}[-−$\\]?\d)"  # GSM8K's "#### 42" (not a "#### Step 1" heading)
     # "Answer $9$", "**Answer** \\[ 9 \\]": a line that starts with the word and goes straight into math.
-    r"|(?:^|(?<=\n))[ \t#*_>]{0,8}(?:final[ \t]{1,16})?answer[ \t*_]{0,16}(?=\$|\\\[|\\\()"
+    r"|(?:^|(?<=\n))[ \t#*_>]{0,8}(?:final[ \t]{1,16})?answer[ \t*_]{0,16}"
+    r"(?=(?:\$[^$\n]{1,400}\$|\\\[[^\n]{1,400}?\\\]|\\\([^\n]{1,400}?\\\))[ \t.]*(?:\r?\n|$))"
     r"|(?:最终|最后的?)?答案[ \t]{0,4}(?:[为是][ \t]{0,4}[:：]?|[:：])",  # "所以答案为 9。", "最终答案是：9"
     re.IGNORECASE,
 )
@@ -111,7 +112,7 @@ _PROSE_TAIL = re.compile(
 _SPLIT_TOKEN = re.compile(
     r"\\(?:text|textrm|textbf|mathrm|mbox|operatorname)\{\s*(?:and/or|or|and)\s*\}"
     r"|\\left|\\right|\\[{}]|\\[A-Za-z]+|\\.|[{}()\[\],]"
-    r"|(?<!\S)(?:and/or|or|and)(?!\S)",
+    r"|(?<!\S)(?:and/or|or|and)(?!\S)|或者|或",  # 或: "or" in Chinese, written without blanks
     re.IGNORECASE,
 )
 _EITHER = re.compile(r"^either\b\s*", re.IGNORECASE)
@@ -356,7 +357,23 @@ def _anchor_after_boxes(text: str) -> Extracted | None:
     found = _from_anchors_phrase(text[box.end :])
     if found is None or found.oversized or not all(_MATHY.search(c) for c in found.candidates):
         return None
-    return found
+    # The whole sentence after the anchor must be the answer and nothing else: "Answer $4$ is wrong", "the
+    # answer is 4 when n is odd", "Answer: 3 (from step 2)" and "答案是 5 个苹果" comment on the box or hedge,
+    # and leave it in charge.
+    end, _ = _sentence_end(text, anchor.end())
+    sentence = text[anchor.end() : end]
+    if _has_prose(_DOLLAR_SPAN.sub(" ", _clean(sentence))) or any(_has_prose(c) for c in found.candidates):
+        return None
+    return found  # one value corrects the box; several ("3 or 4") are a hedge, scored as one
+
+
+def _has_prose(text: str) -> bool:
+    """Words that are not part of an answer: an ASCII run of two letters or more that is not a function, Greek
+    letter, unit or connector, or any letter of another script (CJK words have no spaces to count by)."""
+    bare = _COMMAND.sub(" ", _TEXT_GROUP.sub(" ", text)).replace("或者", " ").replace("或", " ")
+    if _OTHER_SCRIPT.search(bare):
+        return True
+    return any(word.lower() not in _ANSWER_WORDS for word in _LETTER_RUN.findall(bare))
 
 
 def every_box(response: str) -> tuple[str, ...]:
@@ -429,6 +446,7 @@ def _from_anchors_phrase(text: str) -> Extracted | None:
 
 # "The largest $n$ is 34", "the volume of $ABCDEFGH$ is 120 cubic units": a sentence after the anchor whose
 # value is what follows its last "is". Only a number or one math span, with at most a few unit words, counts.
+_HEDGE_WORD = re.compile(r"\b(?:or|if|when|otherwise|unless|maybe|perhaps|either|else|rounded)\b|;", re.I)
 _COPULA = re.compile(r"\s(?:is|are|equals|was|be)\s+", re.IGNORECASE)
 _STATED = re.compile(
     r"(?:\$[^$]{1,400}\$|\\\(.{1,400}?\\\)|[-−]?\d[\d,]*(?:\.\d+)?%?)(?:\s+[A-Za-z]+){0,3}\s*",
@@ -445,9 +463,12 @@ def _value_after_copula(expression: str) -> str:
     if len(words) < 2:
         return expression
     copulas = list(_COPULA.finditer(expression))
-    if not copulas:
+    if len(copulas) != 1:  # "x is 3 and y is 4", "it is 3 or it is 4": two statements, not one value
         return expression
-    rest = expression[copulas[-1].end() :]
+    before = _DOLLAR_SPAN.sub(" ", expression[: copulas[0].start()])
+    if any(char.isdigit() for char in before) or _HEDGE_WORD.search(expression):
+        return expression  # "the answer for n = 3 is 5", "3 if n is odd; otherwise it is 4": conditions
+    rest = expression[copulas[0].end() :]
     if _STATED.fullmatch(rest) is None:
         return expression
     return _clean(rest)  # trailing words stay: "5 cm" must not lose its unit
@@ -569,6 +590,7 @@ _TEXT_GROUP = re.compile(r"\\(?:text|textrm|textbf|mathrm|mbox|operatorname)\s*\
 _COMMAND = re.compile(r"\\[A-Za-z]+")
 _LETTER_RUN = re.compile(r"[A-Za-z]{2,}")
 _DOLLAR_SPAN = re.compile(r"\$[^$]*\$")
+_OTHER_SCRIPT = re.compile(r"[^\W\d_A-Za-z]")  # a letter outside ASCII (CJK, Cyrillic, ...)
 # Letter runs a bare answer may hold: function names, Greek letters, connectors that _split reads, units.
 _ANSWER_WORDS = (
     frozenset(FUNCTIONS)

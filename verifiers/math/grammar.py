@@ -229,7 +229,7 @@ _GROUP_SEP = r"(?:,|\{,\}|\\,|\\!|\\ |\\:|\\;|~)"
 _TOKEN = re.compile(
     r"(?P<ws>\s+|\\[,;:!> ]|~|\\(?:enspace|thinspace|medspace|thickspace|negthinspace)(?![A-Za-z]))"
     r"|(?P<num>(?:[1-9]\d{0,2}(?:(?:" + _GROUP_SEP + r"\d{3}|[ \t]\d{3}(?!/))(?!\d))+|\d+)"
-    r"(?:\.\d+|\.(?=\\overline|\\dot|\(|\\ldots|\\dots|\\cdots|\.\.\.))?(?:[eE][-+]?\d+(?![\d.]))?"
+    r"(?:\.\d+|\.(?=\\overline|\\dot|\(|\\ldots|\\dots|\\cdots|\.\.\.|/))?(?:[eE][-+]?\d+(?![\d.]))?"
     r"|\.\d+(?:[eE][-+]?\d+(?![\d.]))?)"
     r"|(?P<text>\\(?:text|textrm|textnormal|textbf|textit|textsf|texttt|textup|textsc|mbox|hbox|mathrm"
     r"|operatorname\*?|mathit)\s*\{(?P<content>[^{}]*)\})"
@@ -441,6 +441,7 @@ def number_literal(text: str) -> Number:
 
 def _repeating(whole_and_prefix: str, repetend: str, text: str) -> Number:
     whole, _, prefix = whole_and_prefix.partition(".")
+    whole = _GROUP_SPLIT.sub("", whole)  # 1,000.(3) and 1 000.\\overline{3}: the whole part may be grouped
     scale = 10 ** len(prefix)
     period = 10 ** len(repetend) - 1
     value = Fraction(int(whole or "0")) + Fraction(int(prefix or "0"), scale)
@@ -595,6 +596,8 @@ class Parser:
                 return 70
             if text in ("(", "{"):
                 return 40
+            if text == "[" and left.op not in ("bracket", "set", "list", "union"):
+                return 40  # 2[x - 1]: square brackets as grouping after a factor
             if text == "|":
                 return 40 if self.abs_depth == 0 else 0
             if text == "." or text == "...":

@@ -680,7 +680,7 @@ def scalar(node: Node, raw: str = "") -> Scalar:
             break
     if negate:
         node = Node("neg", (node,))
-    node = expand_series(_inner_units_as_symbols(node))
+    node = expand_series(_inner_units_as_symbols(_brackets_as_groups(node) if node.op != "bracket" else node))
     if percent:
         node = Node("pct", (node,))
     return Scalar(node, raw or to_text(node), percent, unit)
@@ -746,6 +746,17 @@ def _symbolise(node: Node) -> Node:
     args = tuple(_symbolise(arg) for arg in node.args)
     if node.op == "unit" and isinstance(node.value, str) and len(node.value) == 1 and node.value.isalpha():
         return Node("mul", (args[0], Node("sym", (), node.value)))
+    return node if args == node.args else Node(node.op, args, node.value)
+
+
+def _brackets_as_groups(node: Node) -> Node:
+    """`2[x-1]`, `x\\left[c_1\\cos x + c_2\\sin x\\right]`: square brackets around one expression inside a
+    larger one group it, as parentheses do (alone, `[a, b]` stays an interval and `[x]` a one-item list)."""
+    if not any(part.op == "bracket" for part in node.walk()):
+        return node
+    args = tuple(_brackets_as_groups(arg) for arg in node.args)
+    if node.op == "bracket" and len(args) == 1 and node.value in ("[]", "()"):
+        return Node("group", args)
     return node if args == node.args else Node(node.op, args, node.value)
 
 
@@ -1031,7 +1042,12 @@ def _labelled(left: Node, right: Node, raw: str) -> Value | None:
                 return Labelled(left, to_value(right, to_text(right)), raw)
             if not any(value.symbols for _, value in sides):
                 return Items(
-                    "list", tuple(Relation(("=",), pair, to_text(pair[0].node)) for pair in sides), raw
+                    "list",
+                    tuple(
+                        Relation(("=",), pair, f"{to_text(pair[0].node)} = {to_text(pair[1].node)}")
+                        for pair in sides
+                    ),
+                    raw,
                 )
         return None
     if left.op == "ratio" and right.op in ("ratio", "num", "div"):

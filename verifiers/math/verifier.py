@@ -33,7 +33,7 @@ from proctor.contract import Status, Verdict
 from proctor.registry import BaseOptions, Example, VerifierSpec, register_verifier
 from proctor.verifiers.answers import AnswerReference, graded, unanswered
 from proctor.verifiers.math.equivalence import Policy, assignment, equivalent
-from proctor.verifiers.math.extract import Extracted, every_box, extract_answer, extract_gold
+from proctor.verifiers.math.extract import Extracted, every_box, extract_answer, extract_gold, final_part
 from proctor.verifiers.math.grammar import Node
 from proctor.verifiers.math.guards import ParseError, TooComplex
 from proctor.verifiers.math.repair import drop_part_labels, repair_gold, restore_escapes
@@ -127,9 +127,13 @@ def gold_value(reference: str) -> Value:
     Escapes a dataset's string handling ate are restored first; a gold that still does not parse is mended
     as repair.py describes (doubled backslashes, an unbalanced end) and parsed again, so a gold a human reads
     without doubt is never refused, and one damaged beyond repair is still a 422 with the first error."""
-    answer = drop_part_labels(extract_gold(restore_escapes(reference)))
+    extracted = extract_gold(restore_escapes(reference))
+    answer = drop_part_labels(extracted)
     try:
-        return check_value(parse_value(answer))
+        value = check_value(parse_value(answer))
+        if answer != extracted and isinstance(value, Items) and value.shape == "list":
+            return Items("tuple", value.items, value.raw)  # numbered parts come in their order
+        return value
     except ParseError:
         mended = repair_gold(answer)
         if mended == answer:
@@ -178,7 +182,7 @@ def _parsed(candidates: tuple[str, ...]) -> list[Value | None]:
     for candidate in candidates:
         try:
             answers.append(check_value(parse_value(candidate)))
-        except ParseError:
+        except ValueError:  # ParseError, and any reading the grammar got wrong: unparseable, never a crash
             answers.append(None)
     return answers
 
@@ -195,9 +199,27 @@ def _parts_in_boxes(response: str, extracted: Extracted, gold: Value) -> Extract
     boxes = every_box(response)
     if len(boxes) != len(gold.items) or not all(boxes):
         return extracted
-    # A response that numbers its parts ("(1)", "(a)", "Part 2") states their order: compared in order.
-    ordered = len({mark.group(1).lower() for mark in _PART_MARK.finditer(response)}) >= 2
-    return Extracted(boxes, "boxed_parts_ordered" if ordered else "boxed_parts", False)
+    if _REVISION.search(final_part(response)):
+        return extracted  # "maybe \\boxed{2}. Hmm, no, it's \\boxed{3}": a revision, not two parts
+    # A response that numbers its parts ("(1)", "(a)", "Part 2") states their order: compared in order, and
+    # only when it numbers them in order ("(2) \\boxed{5} (1) \\boxed{7}" is not parts 1 and 2 in turn).
+    marks = [mark.group(1).lower() for mark in _PART_MARK.finditer(response)]
+    if len(set(marks)) >= 2:
+        if marks != sorted(marks, key=_part_rank):
+            return extracted
+        return Extracted(boxes, "boxed_parts_ordered", False)
+    return Extracted(boxes, "boxed_parts", False)
+
+
+def _part_rank(mark: str) -> int:
+    roman = {"i": 1, "ii": 2, "iii": 3, "iv": 4, "v": 5, "vi": 6, "vii": 7, "viii": 8}
+    return int(mark) if mark.isdigit() else roman.get(mark, ord(mark[0]) - ord("a") + 1)
+
+
+_REVISION = re.compile(
+    r"\b(?:no|not|wrong|wait|actually|mistake|incorrect|instead|correction|oops|hmm|recheck|rather|scratch)\b",
+    re.IGNORECASE,
+)
 
 
 _SERIES = re.compile(r"\\(?:sum|prod)(?![A-Za-z])|[∑∏]")
