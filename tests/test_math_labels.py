@@ -73,3 +73,23 @@ def test_labelled_relations(response: str, gold: str, expected: int) -> None:
 )
 def test_a_final_answer_sentence_states_the_value_after_its_last_is(response: str, expected: tuple) -> None:
     assert extract_answer(response).candidates == expected
+
+
+@pytest.mark.parametrize(
+    ("response", "gold", "expected"),
+    [
+        # public golds refused before issue 17
+        ("y'+ry-rx(t)=0", "y^{\\prime}+r y-r x(t)=0", 1),  # a derivative's prime names its own variable
+        ("y+ry-rx(t)=0", "y^{\\prime}+r y-r x(t)=0", 0),
+        ("\\frac{\\triangle ABC}{7}", "\\frac{1}{7}\\triangle ABC", 1),
+        ("y = 0", "y \\equiv 0", 1),
+        ("(-\\infty,-7)", "x<-7:(-\\infty,-7)", 1),  # an inequality, a colon, then the same set
+        ("x < -7", "x<-7:(-\\infty,-7)", 1),
+        ("(-\\infty,-7]", "x<-7:(-\\infty,-7)", 0),
+        ("2x-2", "2[x-1]", 1),  # square brackets grouping a factor
+        ("2x-1", "2[x-1]", 0),
+        ("-\\frac13", "-1./3", 1),  # a float literal with a bare trailing point
+    ],
+)
+def test_forms_from_public_golds(response: str, gold: str, expected: int) -> None:
+    assert reward(response, gold) == expected

@@ -389,7 +389,7 @@ _RELATIONS = {
 }  # fmt: skip
 _REL_CMDS = {
     "le": "<=", "leq": "<=", "leqslant": "<=", "ge": ">=", "geq": ">=", "geqslant": ">=", "lt": "<", "gt": ">",
-    "ne": "!=", "neq": "!=", "approx": "=", "doteq": "=", "in": "in",
+    "ne": "!=", "neq": "!=", "approx": "=", "doteq": "=", "equiv": "=", "in": "in",
 }  # fmt: skip
 _MUL_CMDS = frozenset({"cdot", "times", "ast", "div", "over"})
 _ACCENTS = {
@@ -704,7 +704,7 @@ class Parser:
                 self.pos += 1
                 return self.node("pct", (left,))
             if text == "'":
-                raise ParseError("primes are not supported")
+                return self._primed(left)
             return self.implicit(left, token)
         if kind == "cmd":
             if text in _SET_OPS:
@@ -789,6 +789,14 @@ class Parser:
             if self._degree_mark():
                 node = self._degrees(base if not exponents else self._tower(base, exponents))
                 return node
+            primes = self._prime_mark() if not exponents else 0
+            if primes:
+                if base.op != "sym":
+                    raise ParseError("a prime on something that is not a variable")
+                base = self.node("sym", (), f"{base.value}{chr(39) * primes}")
+                if not (self.at("op", "^") or self.at("op", "**")):
+                    return base
+                continue
             exponents.append(self.script())
         return self._tower(base, exponents)
 
@@ -797,6 +805,31 @@ class Parser:
         for exponent in reversed(exponents[:-1]):
             result = self.node("pow", (exponent, result))
         return self.node("pow", (base, result))
+
+    def _primed(self, left: Node) -> Node:
+        """y' and y'': a derivative named by its primes, a variable of its own (y' is not y)."""
+        count = 0
+        while self.at("op", "'"):
+            self.pos += 1
+            count += 1
+        if left.op != "sym":
+            raise ParseError("a prime on something that is not a variable")
+        return self.node("sym", (), f"{left.value}{chr(39) * count}")
+
+    def _prime_mark(self) -> int:
+        """How many primes a superscript of \\prime commands writes (^{\\prime}, ^{\\prime\\prime}, ^\\prime), or 0."""
+        if self.at("cmd", "prime"):
+            self.pos += 1
+            return 1
+        count, offset = 0, 1
+        if not self.at("op", "{"):
+            return 0
+        while self.at("cmd", "prime", offset):
+            count, offset = count + 1, offset + 1
+        if count and self.at("op", "}", offset):
+            self.pos += offset + 1
+            return count
+        return 0
 
     def _degree_mark(self) -> bool:
         if self.at("cmd", "circ"):
@@ -1232,12 +1265,13 @@ class Parser:
             raise ParseError("a degree sign with nothing before it")
         if name in ("sum", "prod"):
             return self.series(name)
-        if name in ("angle", "measuredangle", "sphericalangle"):
+        if name in ("angle", "measuredangle", "sphericalangle", "triangle"):
             token = self.peek()
             if token is None or token.kind != "id" or not token.text.isalpha() or not token.text.isupper():
-                raise ParseError(f"\\{name} without the angle's letters")
+                raise ParseError(f"\\{name} without its letters")
             self.pos += 1
-            return self.node("sym", (), f"angle({token.text})")  # ∠ABC: a name, as AB names a segment
+            kind = "triangle" if name == "triangle" else "angle"
+            return self.node("sym", (), f"{kind}({token.text})")  # ∠ABC, △ABC: names, as AB names a segment
         if name in _ACCENTS:
             # \\bar{x}, \\hat{\\theta}, \\vec{v}, \\overline{AB}: a variable of its own (x̄ is not x); over a
             # number (a repetend out of place) or an expression it is refused.

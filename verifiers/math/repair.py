@@ -13,6 +13,8 @@ What is mended, and why each is safe:
   an even length and one of them stands before a letter, each run is halved. A gold written properly has a
   single backslash before its commands, so this never touches one.
 - A spacing command glued to the next letter (`\\quadx_{2}`, from one public dataset): a blank after it.
+- An inequality followed by a colon and the same set as an interval (`x<-7:(-\\infty,-7)`, one public
+  dataset's form): the interval.
 - An unbalanced end: a lone trailing backslash, and closing braces (`}` or `\\}`) at the end that close
   nothing, are dropped. An opening brace that is never closed is not guessed at: that gold stays a 422.
 """
@@ -48,6 +50,10 @@ def _escape_pattern(characters: str) -> re.Pattern[str]:
 
 _ESCAPES = _escape_pattern("\x0c\x08\t\r\x07\x0b")
 _ESCAPES_AND_NEWLINE = _escape_pattern("\x0c\x08\t\r\x07\x0b\n")
+_CONDITION_THEN_SET = re.compile(
+    r"(?P<condition>[^:]{1,400}(?:<|>|\\le|\\ge|\\leq|\\geq|\\leqslant|\\geqslant)[^:]{0,400}):\s*"
+    r"(?P<set>[\[(].{1,400}[\])])"
+)
 _GLUED_SPACING = re.compile(r"(\\q?quad)(?=[A-Za-z])")
 _BACKSLASH_RUN = re.compile(r"\\+")
 _DOUBLED_COMMAND = re.compile(r"(?<!\\)(?:\\\\)+(?=[A-Za-z])")
@@ -64,6 +70,9 @@ def repair_gold(text: str) -> str:
     """The gold with eaten escapes, doubled backslashes and an unbalanced end mended (see the module doc)."""
     text = restore_escapes(text, newline=True)
     text = _GLUED_SPACING.sub(r"\1 ", text)  # NuminaMath's "\\quadx_{2}": \\quad then x
+    stated = _CONDITION_THEN_SET.fullmatch(text.strip())
+    if stated:  # college_math's "x<-7:(-\\infty,-7)": an inequality, then the same set as an interval
+        text = stated.group("set")
     doubled = "\\\\" in text and _DOUBLED_COMMAND.search(text) is not None
     if doubled and all(len(run) % 2 == 0 for run in _BACKSLASH_RUN.findall(text)):
         text = _BACKSLASH_RUN.sub(lambda run: "\\" * (len(run.group()) // 2), text)
