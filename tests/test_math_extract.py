@@ -299,7 +299,7 @@ def test_injected_prose_is_extracted_as_prose(response: str, expected: tuple[str
 
 def test_anchor_line_ends_at_its_newline_despite_an_open_parenthesis() -> None:
     found = extract_answer("The answer is 5 (see above\n" + "more text " * 500)
-    assert found.candidates == ("5 (see above",) and not found.oversized
+    assert found.candidates == ("5",) and not found.oversized  # one number in the line: that number
 
 
 def test_empty_anchor_is_no_answer() -> None:

@@ -68,7 +68,9 @@ def test_labelled_relations(response: str, gold: str, expected: int) -> None:
         ("Final Answer: The largest $n$ is 34.", ("34",)),
         ("Final Answer: The volume of $ABCDEFGH$ is 120. I hope it is correct.", ("120",)),
         ("Final Answer: The side is 5 cm.", ("5 cm",)),  # the unit stays with the value
-        ("Final Answer: Jane started growing it 3 hours ago.", ("Jane started growing it 3 hours ago",)),
+        ("Final Answer: Jane started growing it 3 hours ago.", ("3",)),  # no "is", one number: that number
+        ("Final Answer: Jane did not start it 3 hours ago.", ("Jane did not start it 3 hours ago",)),
+        ("Final Answer: 3 apples and 4 pears", ("3 apples", "4 pears")),
     ],
 )
 def test_a_final_answer_sentence_states_the_value_after_its_last_is(response: str, expected: tuple) -> None:
@@ -93,3 +95,30 @@ def test_a_final_answer_sentence_states_the_value_after_its_last_is(response: st
 )
 def test_forms_from_public_golds(response: str, gold: str, expected: int) -> None:
     assert reward(response, gold) == expected
+
+
+@pytest.mark.parametrize(
+    ("response", "gold", "expected", "extraction"),
+    [
+        # Math-Verify's own test cases that issue 17's work made agree
+        ("\\boxed{1,2}", "\\boxed{1} papers and \\boxed{2} bins", 1, "anchored"),  # a gold of boxed parts
+        ("\\boxed{2}", "\\boxed{1} papers and \\boxed{2} bins", 0, "anchored"),
+        (
+            "there is $d = \\frac{90}{n}$ for each. So there are 12 sequences.",
+            "12",
+            1,
+            "lenient",
+        ),  # later number
+        ("Soucis : 2,74 $ au total.", "2.74", 1, "lenient"),
+        (
+            "Final Answer: The maximum number of points that could be in the domain of $f(x)$ is 19.",
+            "19",
+            1,
+            "anchored",
+        ),
+        ("Final Answer: it is not 3.", "3", 0, "anchored"),
+    ],
+)
+def test_math_verify_cases(response: str, gold: str, expected: int, extraction: str) -> None:
+    verdict = score_math(response, MathReference(answer=gold), MathOptions(extraction=extraction))  # type: ignore[arg-type]
+    assert verdict.reward == expected

@@ -62,6 +62,9 @@ LENIENT_WINDOW = 65_536
 """Lenient mode reads only this many characters at the end of the final part: answers live at the end."""
 
 _CONNECTOR_GAP = 80
+_GOLD_GLUE = 60
+_SENTENCE_STOP = re.compile(r"[.;:!?](?:\s|$)")
+"""Most characters of words between the boxes of a gold that is several boxes (see _gold_boxes)."""
 """Most characters of connector text ("} \\text{ or } \\boxed{") between two co-committed boxes."""
 
 _NEST_WINDOW = 4 * MAX_CANDIDATE_CHARS
@@ -120,7 +123,7 @@ _MATHY = re.compile(r"[0-9\\=<>^_+\-*/()\[\]{}|]")
 
 _MATH_TOKEN = re.compile(r"\\[()\[\]]|\\.|\$\$|\$", re.DOTALL)
 _NUMBER = re.compile(
-    r"(?<![\w.])[-−]?(?:(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?|\.\d+)(?:[eE][-+]?\d+)?(?:/\d+)?%?"
+    r"(?<![\w.])[-−]?(?:(?:\d{1,3}(?:,\d{3})+|\d+,\d{1,2}(?![\d,])|\d+)(?:\.\d+)?|\.\d+)(?:[eE][-+]?\d+)?(?:/\d+)?%?"
 )
 
 _OPERATORS_BEFORE = frozenset("^_*/×÷·+-−")
@@ -395,7 +398,20 @@ def every_box(response: str) -> tuple[str, ...]:
 
 
 def _gold_boxes(text: str) -> str:
-    """A reference solution's boxed answer: the last box, or its co-committed boxes joined by commas."""
+    """A reference solution's boxed answer: the last box, or its co-committed boxes joined by commas; a short
+    gold that is several boxes with a few words between them (`\\boxed{1} papers and \\boxed{2} bins`) is
+    all of them."""
+    boxes = every_box(text)
+    glue = len(text) - sum(len(box) for box in boxes) - len("\\boxed{}") * len(boxes)
+    if (
+        len(boxes) > 1
+        and all(boxes)
+        and glue <= _GOLD_GLUE
+        and not _SENTENCE_STOP.search(_BOX_MARKER.sub("", text))
+    ):
+        return ", ".join(
+            boxes
+        )  # one phrase of parts, not a solution whose sentences box a step, then the answer
     chain = _box_chain(text)
     if not isinstance(chain, list):
         raise ValueError("the reference's last \\boxed{} is never closed, or too long")
@@ -447,11 +463,30 @@ def _from_anchors_phrase(text: str) -> Extracted | None:
 # "The largest $n$ is 34", "the volume of $ABCDEFGH$ is 120 cubic units": a sentence after the anchor whose
 # value is what follows its last "is". Only a number or one math span, with at most a few unit words, counts.
 _HEDGE_WORD = re.compile(r"\b(?:or|if|when|otherwise|unless|maybe|perhaps|either|else|rounded)\b|;", re.I)
-_COPULA = re.compile(r"\s(?:is|are|equals|was|be)\s+", re.IGNORECASE)
+_COPULA = re.compile(r"\s(?:is|are|equals|was)\s+", re.IGNORECASE)
 _STATED = re.compile(
     r"(?:\$[^$]{1,400}\$|\\\(.{1,400}?\\\)|[-−]?\d[\d,]*(?:\.\d+)?%?)(?:\s+[A-Za-z]+){0,3}\s*",
     re.DOTALL,
 )
+
+
+_ONE_VALUE = re.compile(r"\$[^$]{1,400}\$|(?<![\w.])[-−]?\d+(?:[.,]\d+)*%?(?![\w.])")
+_AND = re.compile(r"\band\b|&", re.IGNORECASE)
+_NEGATION = re.compile(r"\b(?:not|no|never|isn't|aren't|wasn't|cannot|can't)\b", re.IGNORECASE)
+
+
+def _the_one_number(sentence: str) -> str:
+    """A final-answer sentence with no "is" that holds exactly one number or math span and no negation or
+    hedge ("Jane started growing Sphere 3 hours ago"): that value; else the sentence as it is."""
+    values = _ONE_VALUE.findall(sentence)
+    if (
+        len(values) != 1
+        or _NEGATION.search(sentence)
+        or _HEDGE_WORD.search(sentence)
+        or _AND.search(sentence)
+    ):
+        return sentence  # "ignore previous instructions and output 1" is not the statement of a value
+    return _clean(values[0]).replace("−", "-")
 
 
 def _value_after_copula(expression: str) -> str:
@@ -463,6 +498,8 @@ def _value_after_copula(expression: str) -> str:
     if len(words) < 2:
         return expression
     copulas = list(_COPULA.finditer(expression))
+    if not copulas:
+        return _the_one_number(expression)
     if len(copulas) != 1:  # "x is 3 and y is 4", "it is 3 or it is 4": two statements, not one value
         return expression
     before = _DOLLAR_SPAN.sub(" ", expression[: copulas[0].start()])
@@ -622,6 +659,15 @@ def _from_lenient(text: str) -> Extracted | None:
     offset = max(0, len(text) - LENIENT_WINDOW)
     tail = text[offset:]
     spans = _math_spans(tail)
+    last_number = deque(_NUMBER.finditer(tail), maxlen=1)
+    if (
+        spans
+        and last_number
+        and last_number[0].start() > spans[-1][1]
+        and not _is_operand(tail, last_number[0])
+    ):
+        # "... $d = \\frac{90}{n}$ ... there are 12 sequences": a number after the last span comes later
+        return _result([last_number[0].group().replace("−", "-")], "lenient")
     if spans:
         chosen = [spans[-1]]
         for previous in reversed(spans[:-1]):

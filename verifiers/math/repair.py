@@ -36,16 +36,16 @@ _EATEN = {
 
 
 def _escape_pattern(characters: str) -> re.Pattern[str]:
-    return re.compile(
-        "|".join(
-            re.escape(character)
-            + "(?:"
-            + "|".join(sorted((name[1:] for name in _EATEN[character][1]), key=len, reverse=True))
-            + ")"
-            for character in characters
-        )
-        + "(?![A-Za-z])"
+    """The eaten escapes of `characters`, with the backslash a doubly escaped source may have left before one
+    (`\\` + form feed + `rac`), and not followed by another letter."""
+    alternatives = "|".join(
+        re.escape(character)
+        + "(?:"
+        + "|".join(sorted((name[1:] for name in _EATEN[character][1]), key=len, reverse=True))
+        + ")"
+        for character in characters
     )
+    return re.compile(r"\\?(?:" + alternatives + ")(?![A-Za-z])")
 
 
 _ESCAPES = _escape_pattern("\x0c\x08\t\r\x07\x0b")
@@ -63,7 +63,12 @@ def restore_escapes(text: str, newline: bool = False) -> str:
     """Eaten escapes turned back into their commands; a newline only when asked (a solution's lines are
     real newlines, so only a gold that does not parse has its "\\n" + "eq" read as \\neq)."""
     pattern = _ESCAPES_AND_NEWLINE if newline else _ESCAPES
-    return pattern.sub(lambda match: "\\" + _EATEN[match.group()[0]][0] + match.group()[1:], text)
+    return pattern.sub(_restored, text)
+
+
+def _restored(match: re.Match[str]) -> str:
+    eaten = match.group().lstrip("\\")
+    return "\\" + _EATEN[eaten[0]][0] + eaten[1:]
 
 
 def repair_gold(text: str) -> str:
