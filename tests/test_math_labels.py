@@ -6,11 +6,7 @@ import pytest
 
 from proctor.verifiers.math.extract import extract_answer
 from proctor.verifiers.math.verifier import MathOptions, MathReference, score_math
-
-
-def reward(response: str, gold: str) -> float:
-    """The math reward of a boxed response against a gold."""
-    return score_math(f"\\boxed{{{response}}}", MathReference(answer=gold), MathOptions()).reward
+from tests.math_helpers import boxed_reward as reward
 
 
 @pytest.mark.parametrize(

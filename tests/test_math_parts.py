@@ -5,12 +5,7 @@ from __future__ import annotations
 import pytest
 
 from proctor.verifiers.math.repair import drop_part_labels
-from proctor.verifiers.math.verifier import MathOptions, MathReference, score_math
-
-
-def reward(response: str, gold: str) -> float:
-    """The math reward of a response against a gold, default options."""
-    return score_math(response, MathReference(answer=gold), MathOptions()).reward
+from tests.math_helpers import reward
 
 
 @pytest.mark.parametrize(

@@ -11,11 +11,7 @@ import time
 import pytest
 
 from proctor.verifiers.math.verifier import MathOptions, MathReference, score_math
-
-
-def reward(response: str, gold: str, **options: object) -> float:
-    return score_math(response, MathReference(answer=gold), MathOptions(**options)).reward
-
+from tests.math_helpers import reward
 
 # -- F1: "Final Answer: <sentence> is X" reads only what follows the LAST "is": a hedge in two clauses passes.
 

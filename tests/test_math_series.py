@@ -5,12 +5,8 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from proctor.verifiers.math.verifier import MathOptions, MathReference, score_math
-
-
-def reward(response: str, gold: str) -> float:
-    """The math reward of a boxed response against a gold."""
-    return score_math(f"\\boxed{{{response}}}", MathReference(answer=gold), MathOptions()).reward
+from proctor.verifiers.math.verifier import MathReference
+from tests.math_helpers import boxed_reward as reward
 
 
 @pytest.mark.parametrize(
