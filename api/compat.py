@@ -42,15 +42,23 @@ A None label is answered at once with failure_value (HTTP 200, whatever on_failu
 retried for about 2.5 minutes and then crash the rollout. `proctor.adapters.slime.sample_filter` (for
 `--rollout-sample-filter-path`) removes unlabelled samples and those whose reward is None.
 `proctor.adapters.slime.custom_rm` is the same scoring for `--custom-rm-path`, without the route.
+
+Search-R1 (checked against PeterGriffinJin/Search-R1, `search_r1/search/retrieval_server.py` and
+`search_r1/llm_agent/generation.py`): the trainer POSTs `{"queries": [...], "topk": k, "return_scores": true}` to
+`retriever.url` and reads `result[i][j]["document"]["contents"]`, a passage whose first line is its title.
+`POST /compat/search_r1/retrieve` answers that protocol with BM25 over the bundled `tool.search_qa` corpus
+(`proctor.environments.tools.search_qa`): `{"result": [[{"document": {id, title, text, contents}, "score"}]]}`,
+or the bare documents without `return_scores` (the shape Search-R1's server means to return then). A
+`topk` left out (or 0) is Search-R1's default, 3.
 """
 
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Query
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 from starlette.responses import Response
 
 from proctor.adapters.labels import (
@@ -64,7 +72,7 @@ from proctor.adapters.openrlhf import reward_payload
 from proctor.api.rendering import json_response
 from proctor.api.responses import VERIFIER_REFERENCE, error_responses, server_validated
 from proctor.api.state import ServiceState, get_state
-from proctor.contract import ItemError, RequestError, Score
+from proctor.contract import ItemError, JsonInt, RequestError, Score
 from proctor.engine import prepare
 from proctor.policy import FailurePolicy, reward_or_policy
 
@@ -268,3 +276,63 @@ async def slime_reward(
         result = await engine.score_async(item)
     state.metrics.observe_score(result)
     return json_response(reward_or_policy(result, on_failure, value))
+
+
+# -- Search-R1 ------------------------------------------------------------------------------------------
+
+SEARCH_R1_DEFAULT_TOPK = 3
+"""Search-R1's retrieval server's default `topk` (its `--topk`), used when a request leaves it out or sends 0."""
+SEARCH_R1_MAX_QUERIES = 1_024
+SEARCH_R1_MAX_QUERY_CHARS = 10_000
+SEARCH_R1_MAX_TOPK = 100
+
+
+class SearchR1Request(BaseModel):
+    """Search-R1's retriever request: a batch of queries, how many passages each, and whether to score them."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    queries: list[Annotated[str, StringConstraints(max_length=SEARCH_R1_MAX_QUERY_CHARS)]] = Field(
+        max_length=SEARCH_R1_MAX_QUERIES,
+        description="One search query per item (each read up to its first 1,000 characters).",
+    )
+    topk: JsonInt = Field(
+        default=0,
+        ge=0,
+        le=SEARCH_R1_MAX_TOPK,
+        description="Passages per query; 0 means Search-R1's default, 3.",
+    )
+    return_scores: bool = Field(default=False, description="Wrap each passage as {document, score}.")
+
+
+def _passage(hit: Any) -> dict[str, str]:
+    document = hit.document
+    return {"id": document.id, "title": document.title, "text": document.text, "contents": document.contents}
+
+
+def _retrieve(queries: list[str], k: int, with_scores: bool) -> list[list[Any]]:
+    # Imported here: the corpus, BM25 and numpy load on the first retrieval, not when the service imports routes.
+    from proctor.environments.tools.search_qa.index import search_index
+
+    index = search_index()
+    results: list[list[Any]] = []
+    for query in queries:
+        hits = index.search(query, k)
+        if with_scores:
+            results.append([{"document": _passage(hit), "score": hit.score} for hit in hits])
+        else:
+            results.append([_passage(hit) for hit in hits])
+    return results
+
+
+@router.post(
+    "/search_r1/retrieve",
+    responses=error_responses(401, 413, 422, 429),
+    summary="Search-R1 retriever over the bundled corpus",
+)
+async def search_r1_retrieve(body: SearchR1Request, state: ServiceState = Depends(get_state)) -> Response:
+    """BM25 over the tool.search_qa corpus in Search-R1's retriever shape: {"result": [[passage, ...], ...]}."""
+    k = body.topk or SEARCH_R1_DEFAULT_TOPK
+    async with state.admission.slot():
+        result = await asyncio.to_thread(_retrieve, body.queries, k, body.return_scores)
+    return json_response({"result": result})

@@ -1,0 +1,78 @@
+"""POST /compat/search_r1/retrieve over real HTTP: Search-R1's retriever protocol over the tool.search_qa corpus."""
+
+from __future__ import annotations
+
+import httpx
+
+from proctor.environments.tools.search_qa.corpus import corpus
+from proctor.environments.tools.search_qa.index import search_index
+
+ROUTE = "/compat/search_r1/retrieve"
+
+
+def retrieve(base: str, body: object) -> httpx.Response:
+    return httpx.post(f"{base}{ROUTE}", json=body, timeout=60)
+
+
+def passages_as_search_r1_reads_them(result: list[dict]) -> str:
+    """What Search-R1's generation loop makes of one query's result: the first line of `contents` is the
+    title, the rest the text (written here from its documented behaviour, to check our passages fit it)."""
+    lines = []
+    for number, item in enumerate(result, start=1):
+        title, _, text = item["document"]["contents"].partition("\n")
+        lines.append(f"Doc {number}(Title: {title}) {text}")
+    return "\n".join(lines)
+
+
+def test_retrieve_with_scores_matches_the_search_tool(live_server: str) -> None:
+    documents = corpus(0).documents
+    queries = [documents[5].title, f"{documents[1500].title} founded", "press headquartered"]
+    response = retrieve(live_server, {"queries": queries, "topk": 4, "return_scores": True})
+    assert response.status_code == 200, response.text
+    result = response.json()["result"]
+    assert len(result) == len(queries)
+    index = search_index(0)
+    for query, items in zip(queries, result, strict=True):
+        expected = index.search(query, 4)
+        assert [item["document"]["id"] for item in items] == [hit.document.id for hit in expected]
+        assert all(abs(item["score"] - hit.score) < 1e-9 for item, hit in zip(items, expected, strict=True))
+        for item in items:
+            document = item["document"]
+            assert set(document) == {"id", "title", "text", "contents"}
+            assert document["contents"] == f"{document['title']}\n{document['text']}"
+    assert result[0][0]["document"]["title"] == documents[5].title
+    assert result[1][0]["document"]["id"] == documents[1500].id
+    rendered = passages_as_search_r1_reads_them(result[0])
+    assert rendered.startswith(f"Doc 1(Title: {documents[5].title}) {documents[5].text}")
+
+
+def test_retrieve_without_scores_and_the_default_topk(live_server: str) -> None:
+    response = retrieve(live_server, {"queries": ["novel published press"]})
+    assert response.status_code == 200, response.text
+    (items,) = response.json()["result"]
+    assert len(items) == 3  # Search-R1's default topk
+    assert all(set(item) == {"id", "title", "text", "contents"} for item in items)
+    zero = retrieve(live_server, {"queries": ["novel published press"], "topk": 0, "extra": "ignored"})
+    assert [item["id"] for item in zero.json()["result"][0]] == [item["id"] for item in items]
+    assert retrieve(live_server, {"queries": []}).json() == {"result": []}
+    assert retrieve(live_server, {"queries": ["zzzzqqq"], "topk": 5}).json() == {"result": [[]]}
+
+
+def test_retrieve_rejects_bad_requests_naming_the_field(live_server: str) -> None:
+    for body, field in (
+        ({"queries": ["x"], "topk": 101}, "topk"),
+        ({"queries": ["x"], "topk": True}, "topk"),
+        ({"queries": "x"}, "queries"),
+        ({"queries": ["x" * 10_001]}, "queries"),
+        ({"topk": 3}, "queries"),
+    ):
+        response = retrieve(live_server, body)
+        assert response.status_code == 422, (body, response.text)
+        assert response.json()["error"]["field"].startswith(field), response.json()
+
+
+def test_retrieve_batch_is_answered_in_order(live_server: str) -> None:
+    titles = [document.title for document in corpus(0).documents[:200:7]]
+    response = retrieve(live_server, {"queries": titles, "topk": 1, "return_scores": True})
+    assert response.status_code == 200
+    assert [items[0]["document"]["title"] for items in response.json()["result"]] == titles
