@@ -100,6 +100,23 @@ def test_search_finds_each_article_by_its_name():
         assert all(a.score >= b.score for a, b in zip(hits, hits[1:], strict=False))
 
 
+def test_search_scores_are_rank_bm25s():
+    # The posting lists are rank-bm25's get_scores formula computed ahead: same scores, same order.
+    index = search_index(0)
+    rng = random.Random(2)
+    words = [w for d in rng.sample(list(index.documents), 50) for w in tokenize(d.text)]
+    for _ in range(100):
+        query = " ".join(rng.sample(words, rng.randint(1, 8)))
+        expected = index.bm25.get_scores(list(dict.fromkeys(tokenize(query))))
+        hits = index.search(query, 10)
+        positions = {d.id: i for i, d in enumerate(index.documents)}
+        for hit in hits:
+            assert hit.score == pytest.approx(expected[positions[hit.document.id]], abs=1e-9)
+        best = sorted(range(len(expected)), key=lambda i: (-expected[i], i))[: len(hits)]
+        assert [positions[hit.document.id] for hit in hits] == best
+        assert len(hits) == min(10, sum(1 for value in expected if value > 0))
+
+
 def test_search_is_deterministic_and_bounded():
     index = search_index(0)
     first = [(h.document.id, h.score) for h in index.search("press founded city", 10)]

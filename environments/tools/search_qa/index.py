@@ -2,9 +2,14 @@
 retriever route run.
 
 Tokens are runs of ASCII letters and digits, lower-cased, less a short list of English stop words; the same
-tokeniser reads documents and queries. Ties in score keep corpus order (a stable sort), so a query always
-returns the same documents in the same order. A query is cut to MAX_QUERY_CHARS before it is read, so its cost
-is bounded whatever the caller sends: about 1 ms for a query of a few words over the 2,440 articles.
+tokeniser reads documents and queries, and a query's repeated words count once. rank-bm25 computes the model
+(term frequencies, document lengths, idf with its floor for words in more than half the documents, k1 = 1.5,
+b = 0.75); its `get_scores` walks every document in Python for each query word (about 0.3 ms a word here), so
+the index turns the same formula into one posting list per word (the documents holding it and their term
+weights) once, and a query adds up its words' lists with numpy: the same scores (a test compares them with
+`get_scores`) for a fraction of the time. Ties in score keep corpus order (a stable sort), so a query always
+returns the same documents in the same order. A query is cut to MAX_QUERY_CHARS and MAX_QUERY_TOKENS before it
+is scored, so its cost is bounded whatever the caller sends.
 """
 
 from __future__ import annotations
@@ -97,7 +102,8 @@ class SearchIndex:
     def __init__(self, source: Corpus):
         self.corpus = source
         self.documents = source.documents
-        self._bm25 = BM25Okapi([tokenize(f"{d.title} {d.text}") for d in self.documents])
+        self.bm25 = BM25Okapi([tokenize(f"{d.title} {d.text}") for d in self.documents])
+        self._postings = _postings(self.bm25)
 
     def search(self, query: str, k: int) -> list[Hit]:
         """The k best documents for `query` (fewer when fewer documents share a word with it)."""
@@ -105,13 +111,33 @@ class SearchIndex:
         tokens = list(dict.fromkeys(tokenize(query[:MAX_QUERY_CHARS])))[:MAX_QUERY_TOKENS]
         if not tokens:
             return []
-        scores = self._bm25.get_scores(tokens)
+        scores = np.zeros(len(self.documents))
+        for token in tokens:
+            posting = self._postings.get(token)
+            if posting is not None:
+                scores[posting[0]] += posting[1]
         order = np.argsort(-scores, kind="stable")[:k]
         return [
             Hit(self.documents[int(i)], float(scores[int(i)]), rank)
             for rank, i in enumerate(order, start=1)
             if scores[int(i)] > 0.0
         ]
+
+
+def _postings(bm25: BM25Okapi) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """For each word: the documents holding it and its BM25 weight in each (rank-bm25's `get_scores` term)."""
+    k1, b, avgdl = bm25.k1, bm25.b, bm25.avgdl
+    documents: dict[str, list[int]] = {}
+    weights: dict[str, list[float]] = {}
+    for index, (frequencies, length) in enumerate(zip(bm25.doc_freqs, bm25.doc_len, strict=True)):
+        norm = k1 * (1 - b + b * length / avgdl)
+        for word, frequency in frequencies.items():
+            documents.setdefault(word, []).append(index)
+            weights.setdefault(word, []).append(bm25.idf[word] * frequency * (k1 + 1) / (frequency + norm))
+    return {
+        word: (np.array(documents[word], dtype=np.int64), np.array(weights[word], dtype=np.float64))
+        for word in documents
+    }
 
 
 def snippet(document: Document, query: str, chars: int) -> str:
