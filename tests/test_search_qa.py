@@ -282,6 +282,10 @@ async def test_search_in_a_text_dialect_counts_and_require_search_can_be_lifted(
         {"role": "assistant", "content": f"<answer>{gold}</answer>"},
     ]
     assert (await score(task.reference, only_open)).reason == "no_search"
+    searched = hermes[:-1]
+    for final in (f"<tool_call>{{bad json</tool_call><answer>{gold}</answer>", 'search(query="x")'):
+        cut = await score(task.reference, [*searched, {"role": "assistant", "content": final}])
+        assert cut.reward == 0.0 and cut.reason == "answer_with_tool_call", final
     lifted = {**task.reference, "require_search": False}
     assert (
         await score(lifted, [*task.prompt, {"role": "assistant", "content": f"<answer>{gold}</answer>"}])

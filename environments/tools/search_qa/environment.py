@@ -42,7 +42,7 @@ from proctor.environments.tools.search_qa.questions import LEVEL_HOPS, Question,
 from proctor.environments.tools.search_qa.scoring import exact_match, f1_score, read_answer
 from proctor.registry import Example
 from proctor.verifiers.reading import clip
-from proctor.verifiers.reading.tool_calls import parse_message
+from proctor.verifiers.reading.tool_calls import ParsedCalls, parse_message
 
 NAME = "tool.search_qa"
 VERSION = "1"
@@ -144,11 +144,16 @@ def open_text(seed: int, doc_id: str) -> tuple[str, str]:
     return f"[{document.id}] {document.title}\n{document.text}", "ok"
 
 
+def _parsed(message: ChatMessage) -> ParsedCalls:
+    """The tool calls an assistant message makes, read as a session reads them (any dialect, our schemas)."""
+    raw = [call.model_dump(exclude_none=True) for call in message.tool_calls or []]
+    schemas = {tool.name: tool.parameters for tool in (SEARCH_TOOL, OPEN_TOOL)}
+    return parse_message(raw, content_text(message.content), "auto", schemas)
+
+
 def _calls(message: ChatMessage) -> list[str]:
     """The names of the tools an assistant message calls (any dialect)."""
-    raw = [call.model_dump(exclude_none=True) for call in message.tool_calls or []]
-    parsed = parse_message(raw, content_text(message.content))
-    return [call.name for call in parsed.calls]
+    return [call.name for call in _parsed(message).calls]
 
 
 def search_answered(transcript: list[ChatMessage]) -> bool:
@@ -189,8 +194,8 @@ def grade(reference: SearchQAReference, transcript: list[ChatMessage]) -> Verdic
 
     if not finals:
         return zero("no_answer")
-    if any(_calls(message) for message in finals):
-        return zero("answer_with_tool_call")
+    if any(_parsed(message).calls or _parsed(message).errors for message in finals):
+        return zero("answer_with_tool_call")  # a call (even one that cannot be read) is not an answer
     reading = read_answer(final_answer_text(transcript), reference.answers)
     if reading.answer is None:
         return zero(reading.reason or "no_answer", reading.details)

@@ -5,8 +5,9 @@ Only the model's own final words are read: the assistant text after the last too
 
 - `no_answer`: nothing after the last observation, an unclosed `<think>`, or no `<answer>...</answer>` (a
   `\\boxed{}` is read when no tag is present);
-- `answer_with_tool_call`: the message after the last observation calls a tool again (the episode was cut
-  off mid-search, not answered);
+- `answer_with_tool_call`: the message after the last observation calls a tool again, in any dialect, even
+  in a call that cannot be read (the episode was cut off mid-search, not answered; a session would have run
+  the call or answered it with a parse error);
 - `no_search`: no `search` call was answered before the final answer (answering from memory, or before
   searching); the reference's `require_search: false` lifts this for a user's own tasks;
 - `fake_observation`: the final text holds an observation tag (`<tool_response>`, `<information>`,
