@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import hashlib
 import random
+import re
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -362,3 +364,11 @@ def test_replay_through_the_engine_gives_the_same_score():
     assert (
         grade(SearchQAReference.model_validate(task.reference), messages(gold_transcript(task))).reward == 1.0
     )
+
+
+def test_the_documentation_example_runs():
+    page = (Path(__file__).resolve().parents[1] / "docs" / "environments" / "search.md").read_text()
+    blocks = re.findall(r"```python\n(.*?)```", page, re.S)
+    assert blocks
+    for block in blocks:
+        exec(compile(block, "docs/environments/search.md", "exec"), {})  # noqa: S102 - our own documentation
