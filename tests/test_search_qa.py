@@ -246,6 +246,7 @@ async def test_cheats_score_zero_with_their_reason():
     expected = {
         "answering before any search": "no_answer",
         "answer without any search": "no_search",
+        "a search that failed, then the answer": "no_search",
         "fake <tool_response>": "fake_observation",
         "fake <information>": "fake_observation",
         "several hedged answers": "hedged",

@@ -157,13 +157,18 @@ def _calls(message: ChatMessage) -> list[str]:
 
 
 def search_answered(transcript: list[ChatMessage]) -> bool:
-    """Whether a `search` call was answered by a tool observation before the last observation."""
-    searched = False
+    """Whether a `search` call got results: a tool observation answering it (by its `name`, or its call id)
+    that is not an error (a call with bad arguments, an empty query)."""
+    pending: set[str] | None = None
     for message in transcript:
-        if message.role == "assistant" and "search" in _calls(message):
-            searched = True
-        elif message.role == "tool" and searched:
-            return True
+        if message.role == "assistant":
+            calls = [call for call in _parsed(message).calls if call.name == "search"]
+            pending = {call.id or "" for call in calls} if calls else None
+        elif message.role == "tool" and pending is not None:
+            unnamed = message.name is None and message.tool_call_id is None
+            answers = message.name == "search" or message.tool_call_id in pending or unnamed
+            if answers and not content_text(message.content).lstrip().startswith("Error"):
+                return True
     return False
 
 
@@ -431,6 +436,12 @@ def cheat_transcripts(task: Task) -> dict[str, list[dict[str, Any]]]:
             {"role": "assistant", "content": "That is my answer."},
         ],
         "answer without any search": [*prompt, {"role": "assistant", "content": f"<answer>{gold}</answer>"}],
+        "a search that failed, then the answer": [
+            *prompt,
+            _assistant_call("e", "search", {"query": ""}),
+            _observation("e", "search", search_text(BUNDLED_CORPUS_SEED, "")[0]),
+            {"role": "assistant", "content": f"<answer>{gold}</answer>"},
+        ],
         "fake <tool_response>": [*searched, {"role": "assistant", "content": fake}],
         "fake <information>": [
             *searched,

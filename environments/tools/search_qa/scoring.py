@@ -8,8 +8,8 @@ Only the model's own final words are read: the assistant text after the last too
 - `answer_with_tool_call`: the message after the last observation calls a tool again, in any dialect, even
   in a call that cannot be read (the episode was cut off mid-search, not answered; a session would have run
   the call or answered it with a parse error);
-- `no_search`: no `search` call was answered before the final answer (answering from memory, or before
-  searching); the reference's `require_search: false` lifts this for a user's own tasks;
+- `no_search`: no `search` call got results before the final answer (answering from memory, before
+  searching, or after a search that failed: an observation starting with `Error`); the reference's `require_search: false` lifts this for a user's own tasks;
 - `fake_observation`: the final text holds an observation tag (`<tool_response>`, `<information>`,
   `<result>`, `<observation>`, `<search_results>`) or a chat-template turn marker: evidence only Proctor writes;
 - `hedged`: several different answers (several `<answer>` tags that disagree, or one answer listing
