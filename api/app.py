@@ -11,7 +11,7 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 
 import proctor
-from proctor.api import compat, environments, graders, ops, routes, run_code
+from proctor.api import compat, environments, graders, ops, routes, run_code, sessions
 from proctor.api.admission import Admission
 from proctor.api.auth import BearerAuthMiddleware
 from proctor.api.errors import install_error_handlers
@@ -57,6 +57,7 @@ def create_app(settings: Settings | None = None, engine: Engine | None = None) -
             if owned and state.engine is not None:
                 await asyncio.to_thread(state.engine.close)
                 state.engine = None
+            await sessions.shutdown(app)  # closes what open sessions hold (interpreters)
             await asyncio.to_thread(state.close_sandbox)  # started on first use, if ever
             state.metrics.close()
 
@@ -74,6 +75,7 @@ def create_app(settings: Settings | None = None, engine: Engine | None = None) -
     app.include_router(ops.router)
     app.include_router(graders.router)
     app.include_router(environments.router)
+    sessions.install(app, state)
 
     # add_middleware wraps what is already there, so the last added runs first:
     # metrics (sees every answer) -> auth (rejects before any body is read) -> body limit -> app.

@@ -50,6 +50,8 @@ __all__ = [
     "VerifierSpec",
     "all_verifiers",
     "get_verifier",
+    "open_session",
+    "open_session_async",
     "register_verifier",
     "score",
     "score_batch",
@@ -81,3 +83,22 @@ def score_batch(items: list[ScoreRequest | dict[str, Any]]) -> list[Score | Item
     from proctor.engine import default_engine
 
     return default_engine().score_batch(items)
+
+
+def open_session(
+    environment: str, task: dict[str, Any], *, options: dict[str, Any] | None = None, id: str | None = None
+) -> Any:
+    """Open a multi-turn tool session in this process: `.messages`, `.tools`, `.step(message)`,
+    `.finish(message=None)`, `.record()`, `.close()` (see `proctor.environments.tools.inprocess`)."""
+    from proctor.environments.tools.inprocess import open_session as _open
+
+    return _open(environment, task, options=options, id=id)
+
+
+async def open_session_async(
+    environment: str, task: dict[str, Any], *, options: dict[str, Any] | None = None, id: str | None = None
+) -> Any:
+    """The async twin of `open_session`: the same methods, awaited."""
+    from proctor.environments.tools.inprocess import open_session_async as _open
+
+    return await _open(environment, task, options=options, id=id)

@@ -262,6 +262,24 @@ def final_answer_text(transcript: list[ChatMessage]) -> str:
     return "\n".join(part for part in parts if part)
 
 
+def final_answer(transcript: list[ChatMessage], tools: list[ToolSpec] | None = None) -> str | None:
+    """The final answer, or None when the model gave none: `final_answer_text`, unless there is no assistant
+    message after the last observation or the last assistant message calls a tool (its `tool_calls`, or a
+    call written in its text in any dialect, readable or not). An answer written inside a call that never ran
+    is not an answer."""
+    from proctor.verifiers.reading.tool_calls import parse_message
+
+    if not transcript or transcript[-1].role != "assistant":
+        return None
+    last = transcript[-1]
+    schemas = {tool.name: tool.parameters for tool in tools or []}
+    raw_calls = [call.model_dump(exclude_none=True) for call in last.tool_calls or []]
+    parsed = parse_message(raw_calls, content_text(last.content), "auto", schemas)
+    if parsed.calls or parsed.errors:
+        return None
+    return final_answer_text(transcript)
+
+
 def clip_observation(text: str, limit: int) -> tuple[str, bool]:
     """Cut an observation to `limit` characters, saying so at the cut; returns (text, truncated)."""
     if len(text) <= limit:
@@ -375,7 +393,10 @@ def get_tool_environment(name: str) -> ToolEnvironment:
     """The tool environment registered under `name`; RequestError(404) when there is none."""
     env = _tool_environments.get(name)
     if env is None:
-        get_environment(name)  # imports the module that registers it (404 for an unknown name)
+        try:
+            get_environment(name)  # imports the module that registers it
+        except RequestError as exc:
+            raise RequestError(exc.status, exc.message, "environment") from None
         env = _tool_environments.get(name)
     if env is None:
         known = ", ".join(sorted(_tool_environments)) or "none"

@@ -1,0 +1,906 @@
+"""Multi-turn sessions over tool environments: the store, the limits, the step loop and the final score.
+
+The trainer owns the loop; a session owns the environment. `SessionManager` opens a session on a task, takes
+one assistant message per step, runs the tool calls it makes through the environment, returns the
+observations, and ends the episode with an explicit end reason (`proctor.environments.tools.base.EndReason`).
+When it ends for a policy reason the transcript is scored by the environment's replay verifier through the
+engine, exactly as `POST /v1/score {verifier: "tool.<env>", response: transcript, reference}` would score it.
+
+Guarantees:
+
+- Session ids carry 192 random bits (`secrets`); when the caller has an identity (a bearer token) the session
+  is bound to a hash of it, and any other caller is told the session does not exist (404).
+- Steps are numbered from 1. Repeating step n returns its stored result without running anything again (409
+  when the message differs); n + 1 runs; any other number is 409. A step after the episode ended is 409 and
+  carries the final score.
+- Limits come from the environment (`SessionLimits`), lowered by the session's options, never from a tool
+  call's arguments. A tool call that cannot be read, names an unknown tool or has arguments that do not fit
+  its schema is an `error` observation counting toward `max_tool_errors`; it never ends the episode silently.
+- A session unused for its time-to-live (or past its deadline) expires: its environment state is closed and
+  the record stays as a tombstone answering 410 for `retention_s`. A finished session's record stays for
+  `retention_s` too (GET returns it with its transcript), then 404.
+- The store (`SessionStore`) holds plain records; environment state (an interpreter) stays in this process.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import logging
+import secrets
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+from typing import Any, Protocol
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from proctor.capacity import PoolFull
+from proctor.contract import (
+    ChatMessage,
+    RequestError,
+    Score,
+    Status,
+    check_nesting,
+    content_text,
+    request_error_from,
+)
+from proctor.engine import Engine
+from proctor.environments.registry import MAX_JSON_SEED, SPLITS, Task
+from proctor.environments.tools.base import (
+    POLICY_END_REASONS,
+    SessionLimits,
+    ToolEnvironment,
+    ToolMachineryError,
+    ToolResult,
+    ToolSpec,
+    argument_problem,
+    clip_observation,
+    get_tool_environment,
+)
+from proctor.verifiers.reading.tool_calls import DialectChoice, ParsedCalls, parse_message
+
+log = logging.getLogger(__name__)
+
+SESSION_ID_BYTES = 24
+"""Random bytes in a session id (192 bits), from `secrets`."""
+SESSION_PREFIX = "ses_"
+MAX_BATCH_STEPS = 256
+"""Steps in one `POST /v1/sessions/step/batch` request."""
+
+
+# -- request and record models ------------------------------------------------------------------------------
+
+
+class SessionOptions(BaseModel):
+    """What a caller may set per session: lower the turn cap, bound its life, choose the call dialect."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    max_turns: int | None = Field(
+        default=None, ge=1, le=256, description="Assistant messages per session (at most the environment's)."
+    )
+    deadline_s: float | None = Field(
+        default=None,
+        gt=0,
+        le=86_400,
+        description="The session expires this long after it opened, used or not.",
+    )
+    dialect: DialectChoice = Field(default="auto", description="How tool calls are read from messages.")
+
+
+class GeneratedTaskRef(BaseModel):
+    """A bundled task, named by how it is generated."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    seed: int = Field(ge=0, le=MAX_JSON_SEED)
+    index: int = Field(default=0, ge=0, le=9_999)
+    split: str = "train"
+    level: str | None = None
+
+
+class CreateSession(BaseModel):
+    """`POST /v1/sessions`: which environment, which task, options, and an optional idempotency key."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    environment: str = Field(min_length=1, max_length=200)
+    task: dict[str, Any] = Field(
+        description="{seed, index?, split?, level?} (a bundled task), a task object as "
+        "POST /v1/environments/{name}/tasks returns it, or {prompt, reference} (your own task)."
+    )
+    options: SessionOptions = Field(default_factory=SessionOptions)
+    id: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=256,
+        description="Idempotency key: creating again with the same id returns the same session.",
+    )
+
+
+class StepRequest(BaseModel):
+    """`POST /v1/sessions/{id}/step`: one assistant message and, for safe retries, its step number."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    message: dict[str, Any] = Field(description="The assistant message, in OpenAI's chat format.")
+    step: int | None = Field(default=None, ge=1, le=100_000, description="1 for the first step, then n + 1.")
+
+
+class FinishRequest(BaseModel):
+    """`POST /v1/sessions/{id}/finish`: end the episode, with an optional final assistant message."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    message: dict[str, Any] | None = None
+
+
+class BatchStepItem(StepRequest):
+    """One step of a batch: the session it belongs to, then as StepRequest."""
+
+    session_id: str = Field(min_length=1, max_length=256)
+
+
+class Usage(BaseModel):
+    """What a session has used so far."""
+
+    turns: int = 0
+    tool_calls: int = 0
+    tool_errors: int = 0
+    tool_cpu_s: float = 0.0
+    tool_wall_s: float = 0.0
+    observation_chars: int = 0
+
+
+class SessionRecord(BaseModel):
+    """Everything a session is, as the store keeps it; `public()` is what `GET /v1/sessions/{id}` returns."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    session_id: str
+    environment: str
+    version: str
+    owner: str | None = None
+    client_id: str | None = None
+    task: Task
+    tools: list[dict[str, Any]]
+    limits: SessionLimits
+    dialect: DialectChoice = "auto"
+    created_at: float
+    updated_at: float
+    expires_at: float
+    deadline_at: float | None = None
+    transcript: list[dict[str, Any]]
+    actions: list[dict[str, Any]] = Field(default_factory=list)
+    steps: list[dict[str, Any]] = Field(default_factory=list)
+    step_messages: list[str] = Field(default_factory=list)
+    usage: Usage = Field(default_factory=Usage)
+    done: bool = False
+    end_reason: str | None = None
+    status: str | None = None
+    score: dict[str, Any] | None = None
+
+    @property
+    def expired(self) -> bool:
+        """Whether the session was abandoned (a tombstone that answers 410)."""
+        return self.end_reason == "expired"
+
+    def public(self) -> dict[str, Any]:
+        """The record without the owner's hash and the internal message fingerprints."""
+        return self.model_dump(mode="json", exclude={"owner", "client_id", "step_messages"})
+
+
+# -- the store -------------------------------------------------------------------------------------------
+
+
+class SessionStore(Protocol):
+    """Where session records live: in this process (`MemorySessionStore`) or shared (a Redis store, later).
+
+    `add` raises PoolFull when the store holds as many open sessions as it may. Records are returned as
+    objects the caller may change; a change counts once `put` stores it.
+    """
+
+    async def add(self, record: SessionRecord) -> None:
+        """Store a new open session; PoolFull when full."""
+        ...
+
+    async def get(self, session_id: str) -> SessionRecord | None:
+        """The record, or None."""
+        ...
+
+    async def put(self, record: SessionRecord) -> None:
+        """Store a changed record (open, finished or expired)."""
+        ...
+
+    async def remove(self, session_id: str) -> SessionRecord | None:
+        """Drop a record; returns it, or None when there was none."""
+        ...
+
+    async def find(self, owner: str | None, client_id: str) -> str | None:
+        """The session created by `owner` with idempotency key `client_id`, if it is still stored."""
+        ...
+
+    async def due(self, now: float) -> list[str]:
+        """Ids of records whose `expires_at` has passed."""
+        ...
+
+    async def open_count(self) -> int:
+        """Open (not finished, not expired) sessions."""
+        ...
+
+
+class MemorySessionStore:
+    """Records in one process: at most `max_open` open sessions and `max_closed` finished or expired ones (the
+    oldest closed records are dropped first)."""
+
+    def __init__(self, max_open: int = 10_000, max_closed: int = 20_000):
+        self.max_open = max_open
+        self.max_closed = max_closed
+        self._open: dict[str, SessionRecord] = {}
+        self._closed: OrderedDict[str, SessionRecord] = OrderedDict()
+        self._keys: dict[tuple[str | None, str], str] = {}
+
+    async def add(self, record: SessionRecord) -> None:
+        if len(self._open) >= self.max_open:
+            raise PoolFull(f"{len(self._open)} sessions are open, the most this service holds; retry later")
+        self._open[record.session_id] = record
+        if record.client_id is not None:
+            self._keys[(record.owner, record.client_id)] = record.session_id
+
+    async def get(self, session_id: str) -> SessionRecord | None:
+        return self._open.get(session_id) or self._closed.get(session_id)
+
+    async def put(self, record: SessionRecord) -> None:
+        sid = record.session_id
+        if not record.done:
+            self._open[sid] = record
+            return
+        self._open.pop(sid, None)
+        self._closed[sid] = record
+        self._closed.move_to_end(sid)
+        while len(self._closed) > self.max_closed:
+            _, dropped = self._closed.popitem(last=False)
+            self._forget_key(dropped)
+
+    async def remove(self, session_id: str) -> SessionRecord | None:
+        record = self._open.pop(session_id, None) or self._closed.pop(session_id, None)
+        if record is not None:
+            self._forget_key(record)
+        return record
+
+    async def find(self, owner: str | None, client_id: str) -> str | None:
+        return self._keys.get((owner, client_id))
+
+    async def due(self, now: float) -> list[str]:
+        return [sid for sid, r in (*self._open.items(), *self._closed.items()) if r.expires_at <= now]
+
+    async def open_count(self) -> int:
+        return len(self._open)
+
+    def _forget_key(self, record: SessionRecord) -> None:
+        if record.client_id is not None:
+            self._keys.pop((record.owner, record.client_id), None)
+
+
+# -- observers (metrics) -----------------------------------------------------------------------------------
+
+
+class SessionObserver(Protocol):
+    """Hooks for metrics; every method is called on the event loop and must not block."""
+
+    def created(self, environment: str) -> None: ...
+    def ended(self, environment: str, end_reason: str, status: str) -> None: ...
+    def step(self, environment: str, seconds: float) -> None: ...
+    def tool(self, environment: str, tool: str, status: str, seconds: float) -> None: ...
+
+
+class SessionCounters:
+    """Plain counters (the in-process API's, and a check for tests)."""
+
+    def __init__(self) -> None:
+        self.created_total = 0
+        self.steps_total = 0
+        self.tool_calls_total = 0
+        self.tool_seconds_total = 0.0
+        self.ended_by: dict[str, int] = {}
+
+    def created(self, environment: str) -> None:
+        self.created_total += 1
+
+    def ended(self, environment: str, end_reason: str, status: str) -> None:
+        self.ended_by[end_reason] = self.ended_by.get(end_reason, 0) + 1
+
+    def step(self, environment: str, seconds: float) -> None:
+        self.steps_total += 1
+
+    def tool(self, environment: str, tool: str, status: str, seconds: float) -> None:
+        self.tool_calls_total += 1
+        self.tool_seconds_total += seconds
+
+
+# -- errors -----------------------------------------------------------------------------------------------
+
+
+class SessionConflict(RequestError):
+    """A 409: a step out of order, a step number reused with another message, or a step after the end (then
+    `score` and `end_reason` are the session's final ones)."""
+
+    def __init__(self, message: str, score: dict[str, Any] | None = None, end_reason: str | None = None):
+        super().__init__(409, message, "step")
+        self.score = score
+        self.end_reason = end_reason
+
+
+def owner_of(token: str | None) -> str | None:
+    """The owner key a session is bound to: a hash of the caller's bearer token (None when auth is off)."""
+    if not token:
+        return None
+    return hashlib.sha256(b"proctor-session-owner:" + token.encode("utf-8")).hexdigest()
+
+
+def new_session_id() -> str:
+    """A fresh unguessable session id."""
+    return SESSION_PREFIX + secrets.token_urlsafe(SESSION_ID_BYTES)
+
+
+def _fingerprint(message: dict[str, Any]) -> str:
+    import json
+
+    text = json.dumps(message, sort_keys=True, separators=(",", ":"), ensure_ascii=True, default=str)
+    return hashlib.sha256(text.encode("ascii")).hexdigest()
+
+
+# -- the manager ------------------------------------------------------------------------------------------
+
+
+class SessionManager:
+    """Opens, steps, finishes and expires sessions; one per event loop (its locks belong to that loop)."""
+
+    def __init__(
+        self,
+        store: SessionStore | None = None,
+        *,
+        engine: Engine | Callable[[], Engine] | None = None,
+        observer: SessionObserver | None = None,
+        retention_s: float = 600.0,
+        sweep_interval_s: float = 1.0,
+        clock: Callable[[], float] = time.time,
+    ):
+        self.store: SessionStore = store if store is not None else MemorySessionStore()
+        self._engine = engine
+        self.observer: SessionObserver = observer if observer is not None else SessionCounters()
+        self.retention_s = retention_s
+        self.sweep_interval_s = sweep_interval_s
+        self.clock = clock
+        self._states: dict[str, Any] = {}
+        self._locks: dict[str, asyncio.Lock] = {}
+        self._sweeper: asyncio.Task[None] | None = None
+        self._last_sweep = float("-inf")
+
+    @property
+    def engine(self) -> Engine:
+        """The engine that scores finished sessions."""
+        if isinstance(self._engine, Engine):
+            return self._engine
+        if self._engine is not None:
+            return self._engine()
+        from proctor.engine import default_engine
+
+        return default_engine()
+
+    # -- create ------------------------------------------------------------------------------------------
+
+    async def create(
+        self, request: CreateSession | dict[str, Any], owner: str | None = None
+    ) -> dict[str, Any]:
+        """Open a session; returns `{session_id, messages, tools, limits, expires_at}` (RequestError 404/422,
+        PoolFull when the store is full)."""
+        if not isinstance(request, CreateSession):
+            check_nesting(request, "task")
+            try:
+                request = CreateSession.model_validate(request)
+            except ValidationError as exc:
+                raise request_error_from(exc) from None
+        await self._maybe_sweep()
+        if request.id is not None:
+            existing_id = await self.store.find(owner, request.id)
+            if existing_id is not None:
+                existing = await self.store.get(existing_id)
+                if existing is not None and not existing.expired:
+                    return self._opened(existing)
+        env = get_tool_environment(request.environment)
+        task = self._task(env, request.task)
+        limits = env.limits()
+        if request.options.max_turns is not None:
+            limits = limits.model_copy(update={"max_turns": min(limits.max_turns, request.options.max_turns)})
+        now = self.clock()
+        deadline = now + request.options.deadline_s if request.options.deadline_s is not None else None
+        record = SessionRecord(
+            session_id=new_session_id(),
+            environment=env.name,
+            version=env.version,
+            owner=owner,
+            client_id=request.id,
+            task=task,
+            tools=[tool.openai() for tool in env.tools()],
+            limits=limits,
+            dialect=request.options.dialect,
+            created_at=now,
+            updated_at=now,
+            expires_at=self._expiry(now, limits.ttl_s, deadline),
+            deadline_at=deadline,
+            transcript=[dict(message) for message in task.prompt],
+        )
+        await self.store.add(record)  # PoolFull before any environment state exists
+        try:
+            self._states[record.session_id] = await env.start(task, limits)
+        except ToolMachineryError as exc:
+            await self.store.remove(record.session_id)
+            raise RequestError(503, f"{env.name}: the environment could not start: {exc}") from None
+        except BaseException:
+            await self.store.remove(record.session_id)
+            raise
+        self.observer.created(env.name)
+        self._ensure_sweeper()
+        return self._opened(record)
+
+    def _opened(self, record: SessionRecord) -> dict[str, Any]:
+        return {
+            "session_id": record.session_id,
+            "environment": record.environment,
+            "messages": [dict(m) for m in record.task.prompt],
+            "tools": record.tools,
+            "limits": record.limits.model_dump(mode="json"),
+            "expires_at": record.expires_at,
+        }
+
+    def _task(self, env: ToolEnvironment, raw: dict[str, Any]) -> Task:
+        keys = set(raw)
+        if "prompt" in keys and "reference" in keys and keys <= {"prompt", "reference"}:
+            prompt = raw["prompt"]
+            if not isinstance(prompt, (str, list)) or (isinstance(prompt, str) and not prompt.strip()):
+                raise RequestError(
+                    422, "invalid task.prompt: a non-empty string or chat messages", "task.prompt"
+                )
+            if isinstance(prompt, list):
+                try:
+                    messages = [ChatMessage.model_validate(m) for m in prompt]
+                except ValidationError as exc:
+                    raise request_error_from(exc, "task.prompt") from None
+                if not all(isinstance(m.content, str) for m in messages):
+                    raise RequestError(
+                        422, "invalid task.prompt: message content must be text", "task.prompt"
+                    )
+                prompt = [{"role": m.role, "content": str(m.content)} for m in messages]
+            return env.user_task(prompt, raw["reference"])
+        if "prompt" in keys:
+            try:
+                task = Task.model_validate(raw)
+            except ValidationError as exc:
+                raise request_error_from(exc, "task") from None
+            if task.verifier != env.name:
+                raise RequestError(
+                    422,
+                    f"invalid task.verifier: this task is for {task.verifier!r}, not {env.name}",
+                    "task.verifier",
+                )
+            env.user_task(task.prompt, task.reference)  # the reference must be one this environment grades
+            return task
+        try:
+            ref = GeneratedTaskRef.model_validate(raw)
+        except ValidationError as exc:
+            raise request_error_from(exc, "task") from None
+        if ref.split not in SPLITS:
+            raise RequestError(422, f"invalid task.split: one of {', '.join(SPLITS)}", "task.split")
+        if ref.level is not None and ref.level not in env.levels:
+            known = ", ".join(env.levels) or "none"
+            raise RequestError(422, f"invalid task.level: {ref.level!r}; levels: {known}", "task.level")
+        return env.make_tasks(ref.split, ref.seed, ref.index + 1, ref.level)[ref.index]
+
+    # -- look-ups ----------------------------------------------------------------------------------------
+
+    async def _record(self, session_id: str, owner: str | None) -> SessionRecord:
+        record = await self.store.get(session_id)
+        if record is None or (record.owner is not None and record.owner != owner):
+            raise RequestError(404, f"unknown session {session_id!r}", "session_id")
+        if not record.done and record.expires_at <= self.clock():
+            await self._expire(record)
+        if record.expired:
+            raise RequestError(
+                410, f"session {session_id!r} expired (unused past its time-to-live)", "session_id"
+            )
+        return record
+
+    def _lock(self, session_id: str) -> asyncio.Lock:
+        lock = self._locks.get(session_id)
+        if lock is None:
+            lock = self._locks[session_id] = asyncio.Lock()
+        return lock
+
+    async def get(self, session_id: str, owner: str | None = None) -> dict[str, Any]:
+        """The record with its exact transcript and action log (404 unknown, 410 expired)."""
+        return (await self._record(session_id, owner)).public()
+
+    async def delete(self, session_id: str, owner: str | None = None) -> None:
+        """Close and forget a session; idempotent (an unknown or another owner's id is a no-op)."""
+        record = await self.store.get(session_id)
+        if record is None or (record.owner is not None and record.owner != owner):
+            return
+        async with self._lock(session_id):
+            if not record.done:
+                record.done, record.end_reason, record.status = True, "closed", None
+                self.observer.ended(record.environment, "closed", "closed")
+            await self._release(record)
+            await self.store.remove(session_id)
+            self._locks.pop(session_id, None)
+
+    # -- step --------------------------------------------------------------------------------------------
+
+    async def step(
+        self, session_id: str, message: dict[str, Any], step: int | None = None, owner: str | None = None
+    ) -> dict[str, Any]:
+        """Take one assistant message; returns `{step, observations, tool_results, done, end_reason, usage,
+        score?}` (404, 410, 409, 422 as the module docstring says)."""
+        await self._maybe_sweep()
+        check_nesting(message, "message")
+        async with self._lock(session_id):
+            record = await self._record(session_id, owner)
+            taken = len(record.steps)
+            fingerprint = _fingerprint(message)
+            if step is not None and 1 <= step <= taken:
+                if record.step_messages[step - 1] != fingerprint:
+                    raise SessionConflict(f"step {step} was already taken with another message")
+                return record.steps[step - 1]
+            if record.done:
+                raise SessionConflict(
+                    f"session {session_id!r} has ended ({record.end_reason})", record.score, record.end_reason
+                )
+            if step is not None and step != taken + 1:
+                raise SessionConflict(f"step {step} is out of order: the next step is {taken + 1}")
+            parsed_message = _assistant_message(message, "message")
+            started = time.perf_counter()
+            result = await self._run_step(record, message, parsed_message)
+            result = {"step": taken + 1, **result}
+            record.steps.append(result)
+            record.step_messages.append(fingerprint)
+            await self._touch(record)
+            self.observer.step(record.environment, time.perf_counter() - started)
+            return result
+
+    async def finish(
+        self, session_id: str, message: dict[str, Any] | None = None, owner: str | None = None
+    ) -> dict[str, Any]:
+        """End the episode (scoring it) and return the final Score; a finished session returns its score again.
+
+        With a message without tool calls, it is the final answer (`answer`). Otherwise (no message, or one
+        that calls tools, whose calls are not run) the episode ends as `no_tool_call` and the transcript is
+        scored as it stands.
+        """
+        if message is not None:
+            check_nesting(message, "message")
+        async with self._lock(session_id):
+            record = await self._record(session_id, owner)
+            if record.done:
+                if record.score is None:
+                    raise SessionConflict(f"session {session_id!r} has ended ({record.end_reason})")
+                return record.score
+            end_reason = "no_tool_call"
+            if message is not None:
+                parsed = _assistant_message(message, "message")
+                record.transcript.append(dict(message))
+                record.usage.turns += 1
+                calls = self._calls(record, parsed)
+                if not calls.calls and not calls.errors:
+                    end_reason = "answer"
+            await self._end(record, end_reason)
+            await self._touch(record)
+            assert record.score is not None
+            return record.score
+
+    def _calls(self, record: SessionRecord, message: ChatMessage) -> ParsedCalls:
+        schemas = {tool["function"]["name"]: tool["function"]["parameters"] for tool in record.tools}
+        text = content_text(message.content)
+        raw_calls = [call.model_dump(exclude_none=True) for call in message.tool_calls or []]
+        return parse_message(raw_calls, text, record.dialect, schemas)
+
+    async def _run_step(
+        self, record: SessionRecord, raw: dict[str, Any], message: ChatMessage
+    ) -> dict[str, Any]:
+        env = get_tool_environment(record.environment)
+        limits = record.limits
+        usage = record.usage
+        number = len(record.steps) + 1
+        record.transcript.append(dict(raw))
+        usage.turns += 1
+        parsed = self._calls(record, message)
+        observations: list[dict[str, Any]] = []
+        results: list[dict[str, Any]] = []
+        if not parsed.calls and not parsed.errors:
+            reply = env.reply(self._states.get(record.session_id), message)
+            if reply is None:
+                await self._end(record, "answer")
+                return self._step_result(record, observations, results)
+            observations.append(reply)
+        elif usage.turns >= limits.max_turns:
+            await self._end(record, "max_turns")  # the calls of the last allowed turn are not run
+            return self._step_result(record, observations, results)
+        elif usage.tool_calls + len(parsed.calls) > limits.max_tool_calls:
+            await self._end(record, "max_tool_calls")
+            return self._step_result(record, observations, results)
+        tools = {tool.name: tool for tool in env.tools()}
+        for index, error in enumerate(parsed.errors):
+            call_id = f"call_{number}_e{index}"
+            content = f"Error: the tool call could not be read ({error.code}): {error.message}"
+            self._error(record, observations, results, call_id, None, content, "parse_error")
+        for index, call in enumerate(parsed.calls):
+            call_id = call.id or f"call_{number}_{index}"
+            if index >= limits.max_calls_per_turn:
+                content = (
+                    f"Error: at most {limits.max_calls_per_turn} tool calls per message; this one was not run"
+                )
+                self._error(record, observations, results, call_id, call.name, content, "too_many_calls")
+                continue
+            spec = tools.get(call.name)
+            if spec is None:
+                content = f"Error: unknown tool {call.name!r}; the tools are {', '.join(tools)}"
+                self._error(record, observations, results, call_id, call.name, content, "unknown_tool")
+                continue
+            problem = argument_problem(spec, call.arguments)
+            if problem is not None:
+                content = f"Error: invalid arguments for {call.name}: {problem}"
+                self._error(record, observations, results, call_id, call.name, content, "invalid_arguments")
+                continue
+            outcome = await self._call(record, env, spec, call_id, call.arguments)
+            if outcome is None:  # the machinery failed: the session has ended with a non-ok status
+                return self._step_result(record, observations, results)
+            result, observation = outcome
+            observations.append(observation)
+            results.append(result)
+        for observation in observations:
+            record.transcript.append(observation)
+        if record.done:
+            return self._step_result(record, observations, results)
+        if usage.tool_errors >= limits.max_tool_errors:
+            await self._end(record, "max_tool_errors")
+        elif usage.tool_cpu_s > limits.tool_cpu_s:
+            await self._end(record, "tool_budget")
+        elif usage.observation_chars > limits.max_total_observation_chars:
+            await self._end(record, "observation_limit")
+        elif env.terminal(self._states.get(record.session_id)):
+            await self._end(record, "env_terminal")
+        elif usage.turns >= limits.max_turns:
+            await self._end(record, "max_turns")
+        return self._step_result(record, observations, results)
+
+    def _error(
+        self,
+        record: SessionRecord,
+        observations: list[dict[str, Any]],
+        results: list[dict[str, Any]],
+        call_id: str,
+        name: str | None,
+        content: str,
+        code: str,
+    ) -> None:
+        content, truncated = clip_observation(content, record.limits.max_observation_chars)
+        record.usage.tool_errors += 1
+        record.usage.observation_chars += len(content)
+        observation: dict[str, Any] = {"role": "tool", "tool_call_id": call_id, "content": content}
+        if name is not None:
+            observation["name"] = name
+        observations.append(observation)
+        result = {
+            "call_id": call_id,
+            "name": name,
+            "status": "error",
+            "error": code,
+            "elapsed_ms": 0.0,
+            "truncated": truncated,
+        }
+        results.append(result)
+        record.actions.append({"step": len(record.steps) + 1, **result, "arguments": None})
+
+    async def _call(
+        self,
+        record: SessionRecord,
+        env: ToolEnvironment,
+        spec: ToolSpec,
+        call_id: str,
+        arguments: dict[str, Any],
+    ) -> tuple[dict[str, Any], dict[str, Any]] | None:
+        record.usage.tool_calls += 1
+        started = time.perf_counter()
+        try:
+            outcome = await env.call(self._states.get(record.session_id), spec.name, arguments)
+        except ToolMachineryError as exc:
+            seconds = time.perf_counter() - started
+            self.observer.tool(record.environment, spec.name, exc.status, seconds)
+            record.actions.append(
+                {
+                    "step": len(record.steps) + 1,
+                    "call_id": call_id,
+                    "name": spec.name,
+                    "arguments": arguments,
+                    "status": exc.status,
+                    "error": str(exc)[:2000],
+                    "elapsed_ms": seconds * 1000,
+                }
+            )
+            await self._fail(record, Status(exc.status), exc.status, str(exc))
+            return None
+        seconds = time.perf_counter() - started
+        if not isinstance(outcome, ToolResult):
+            raise TypeError(f"{env.name}.call returned {type(outcome).__name__}, not a ToolResult")
+        content, clipped = clip_observation(outcome.content, record.limits.max_observation_chars)
+        truncated = outcome.truncated or clipped
+        record.usage.tool_cpu_s += outcome.cpu_ms / 1000
+        record.usage.tool_wall_s += seconds
+        record.usage.observation_chars += len(content)
+        self.observer.tool(record.environment, spec.name, outcome.status, seconds)
+        result = {
+            "call_id": call_id,
+            "name": spec.name,
+            "status": outcome.status,
+            "elapsed_ms": round(outcome.elapsed_ms or seconds * 1000, 3),
+            "truncated": truncated,
+        }
+        record.actions.append(
+            {"step": len(record.steps) + 1, **result, "arguments": arguments, "cpu_ms": outcome.cpu_ms}
+        )
+        observation = {"role": "tool", "tool_call_id": call_id, "name": spec.name, "content": content}
+        return result, observation
+
+    def _step_result(
+        self, record: SessionRecord, observations: list[dict[str, Any]], results: list[dict[str, Any]]
+    ) -> dict[str, Any]:
+        result: dict[str, Any] = {
+            "observations": observations,
+            "tool_results": results,
+            "done": record.done,
+            "end_reason": record.end_reason,
+            "usage": record.usage.model_dump(mode="json"),
+        }
+        if record.done:
+            result["score"] = record.score
+        return result
+
+    # -- ending ------------------------------------------------------------------------------------------
+
+    async def _end(self, record: SessionRecord, end_reason: str) -> None:
+        """End for a policy reason: score the transcript through the engine (the replay verifier)."""
+        assert end_reason in POLICY_END_REASONS
+        record.done, record.end_reason = True, end_reason
+        score = await self.score_transcript(record.environment, record.transcript, record.task.reference)
+        record.score = score.model_dump(mode="json")
+        record.status = score.status.value
+        await self._release(record)
+        self.observer.ended(record.environment, end_reason, record.status)
+
+    async def score_transcript(
+        self, environment: str, transcript: list[dict[str, Any]], reference: Any
+    ) -> Score:
+        """Score a transcript exactly as `POST /v1/score` with verifier `environment` does."""
+        engine = self.engine
+        item = engine.prepare({"verifier": environment, "response": transcript, "reference": reference})
+        return await engine.score_nested(item)
+
+    async def _fail(self, record: SessionRecord, status: Status, end_reason: str, error: str) -> None:
+        """End because the machinery failed: a non-ok Score (masked), never a reward of 0 with status ok."""
+        env = get_tool_environment(record.environment)
+        record.done, record.end_reason, record.status = True, end_reason, status.value
+        score = Score(
+            verifier=f"{env.name}@{env.version}",
+            status=status,
+            reward=0.0,
+            correct=None,
+            reason=end_reason,
+            details={"end_reason": end_reason, "error": error[:2000]},
+        )
+        record.score = score.model_dump(mode="json")
+        await self._release(record)
+        self.observer.ended(record.environment, end_reason, status.value)
+
+    async def _release(self, record: SessionRecord) -> None:
+        state = self._states.pop(record.session_id, None)
+        if state is None:
+            return
+        env = get_tool_environment(record.environment)
+        try:
+            await env.close(state)
+        except Exception:  # close must not raise; a broken one must not keep the session open
+            log.exception("%s: close raised", record.environment)
+
+    async def _touch(self, record: SessionRecord) -> None:
+        now = self.clock()
+        record.updated_at = now
+        if record.done:
+            record.expires_at = now + self.retention_s
+        else:
+            record.expires_at = self._expiry(now, record.limits.ttl_s, record.deadline_at)
+        await self.store.put(record)
+
+    @staticmethod
+    def _expiry(now: float, ttl_s: float, deadline: float | None) -> float:
+        expiry = now + ttl_s
+        return min(expiry, deadline) if deadline is not None else expiry
+
+    async def _expire(self, record: SessionRecord) -> None:
+        record.done, record.end_reason, record.status = True, "expired", None
+        await self._release(record)
+        record.expires_at = self.clock() + self.retention_s  # the tombstone answers 410 this long
+        await self.store.put(record)
+        self.observer.ended(record.environment, "expired", "expired")
+
+    # -- sweeping ----------------------------------------------------------------------------------------
+
+    async def sweep(self) -> int:
+        """Expire open sessions past their time-to-live and drop records past their retention; returns how
+        many records were expired or dropped."""
+        now = self.clock()
+        self._last_sweep = now
+        handled = 0
+        for session_id in await self.store.due(now):
+            lock = self._lock(session_id)
+            if lock.locked():  # a step is running: it will refresh the expiry
+                continue
+            async with lock:
+                record = await self.store.get(session_id)
+                if record is None or record.expires_at > self.clock():
+                    continue
+                if not record.done:
+                    await self._expire(record)
+                else:
+                    await self.store.remove(session_id)
+                    self._locks.pop(session_id, None)
+                handled += 1
+        return handled
+
+    async def _maybe_sweep(self) -> None:
+        if self.clock() - self._last_sweep >= self.sweep_interval_s:
+            await self.sweep()
+
+    def _ensure_sweeper(self) -> None:
+        if self._sweeper is None or self._sweeper.done():
+            self._sweeper = asyncio.get_running_loop().create_task(self._sweep_forever())
+
+    async def _sweep_forever(self) -> None:
+        while True:
+            await asyncio.sleep(self.sweep_interval_s)
+            try:
+                await self.sweep()
+            except Exception:  # one failed sweep must not stop the later ones
+                log.exception("session sweep failed")
+
+    async def close(self) -> None:
+        """Stop sweeping and close every open session's environment state (service shutdown)."""
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._sweeper
+            self._sweeper = None
+        for session_id in list(self._states):
+            record = await self.store.get(session_id)
+            if record is not None:
+                await self._release(record)
+            else:
+                self._states.pop(session_id, None)
+
+    async def open_count(self) -> int:
+        """Open sessions in the store."""
+        return await self.store.open_count()
+
+
+def _assistant_message(message: dict[str, Any], field: str) -> ChatMessage:
+    try:
+        parsed = ChatMessage.model_validate(message)
+    except ValidationError as exc:
+        raise request_error_from(exc, field) from None
+    if parsed.role != "assistant":
+        raise RequestError(
+            422,
+            f"invalid {field}.role: a step takes an assistant message, not {parsed.role!r}",
+            f"{field}.role",
+        )
+    return parsed
