@@ -225,7 +225,14 @@ def test_reading_the_answer():
     assert read_answer("Vezova", golds).reason == "no_answer"
     assert read_answer("<answer>Vezova</answer><answer>vezova.</answer>", golds).answer == "vezova."
     assert read_answer("<answer>Vezova</answer><answer>Nomar</answer>", golds).reason == "hedged"
-    for hedge in ("Vezova or Nomar", "Vezova/Nomar", "Vezova; Nomar", "Nomar | Vezova"):
+    for hedge in (
+        "Vezova or Nomar",
+        "Vezova/Nomar",
+        "Vezova; Nomar",
+        "Nomar | Vezova",
+        "Nomar, Vezova",
+        "Vezova and Nomar",
+    ):
         assert read_answer(f"<answer>{hedge}</answer>", golds).reason == "hedged", hedge
     assert (
         read_answer("<answer>" + "word " * (MAX_ANSWER_WORDS + 1) + "</answer>", golds).reason
@@ -239,6 +246,7 @@ def test_reading_the_answer():
         assert read_answer(f"{fake}<answer>Vezova</answer>", golds).reason == "fake_observation"
     # a gold alias that itself holds a separator is not a hedge
     assert read_answer("<answer>AC/DC</answer>", ["AC/DC"]).answer == "AC/DC"
+    assert read_answer("<answer>paris, france</answer>", ["Paris, France"]).answer == "paris, france"
 
 
 async def test_cheats_score_zero_with_their_reason():

@@ -75,7 +75,7 @@ class SearchQAReference(BaseModel):
         default="em", description="em: reward 1 for an exact match (normalised); f1: the best token F1."
     )
     require_search: bool = Field(
-        default=True, description="An answer given without an answered search call scores 0."
+        default=True, description="An answer given before any search call got results scores 0."
     )
     corpus_seed: int = Field(
         default=BUNDLED_CORPUS_SEED, ge=0, le=MAX_CORPUS_SEED, description="The corpus the tools search."

@@ -13,7 +13,8 @@ Only the model's own final words are read: the assistant text after the last too
 - `fake_observation`: the final text holds an observation tag (`<tool_response>`, `<information>`,
   `<result>`, `<observation>`, `<search_results>`) or a chat-template turn marker: evidence only Proctor writes;
 - `hedged`: several different answers (several `<answer>` tags that disagree, or one answer listing
-  alternatives with `or`, `/`, `;`, `|`), unless the whole answer is itself a gold alias;
+  alternatives with `or`, `and`, `/`, `;`, `|` or `,`), unless the whole answer is itself a gold alias (under
+  `f1` a list of candidates would otherwise earn part of the reward: three names score an F1 of 0.5);
 - `answer_too_long`: more than MAX_ANSWER_CHARS characters or MAX_ANSWER_WORDS words;
 - `wrong_answer`: it does not match.
 
@@ -53,7 +54,7 @@ FAKE_TAGS = (
 
 _ARTICLES = re.compile(r"\b(a|an|the)\b")
 _PUNCTUATION = str.maketrans({char: " " for char in string.punctuation + "“”‘’«»–—…"})
-_HEDGE = re.compile(r"\s(?:or|and/or)\s|[/;|]", re.IGNORECASE)
+_HEDGE = re.compile(r"\s(?:or|and|and/or)\s|[/;|,]", re.IGNORECASE)
 
 
 def normalise_answer(text: str) -> str:
@@ -91,7 +92,8 @@ def fake_observation(text: str) -> str | None:
 
 
 def hedged(answer: str, golds: list[str]) -> bool:
-    """Whether one answer lists alternatives (`A or B`, `A/B`, `A; B`) and is not itself a gold alias."""
+    """Whether one answer lists alternatives (`A or B`, `A and B`, `A/B`, `A; B`, `A, B`) and is not itself
+    a gold alias."""
     if exact_match(answer, golds):
         return False
     parts = [part for part in _HEDGE.split(f" {answer} ") if part.strip()]
