@@ -115,6 +115,31 @@ def test_matrix_inverse_identity_top(response: str, gold: str) -> None:
     assert reward(response, gold) == 1.0
 
 
+# -- B7 (lost correct answers, medium; also 0 at 3d122bf): a chain that restates the series and then states its
+# value ("\\sum_{k=1}^{10} k^2 = 385", the common boxed form) scores 0: the "still a series" rule looks at the
+# whole chain, not its last side. A wrong value or a false chain must still fail.
+
+
+@pytest.mark.xfail(strict=True, reason="a series = value chain is treated as a series answer")
+@pytest.mark.parametrize(
+    ("response", "gold"),
+    [
+        ("\\sum_{k=1}^{10} k^2 = 385", "385"),
+        ("\\prod_{k=1}^{4} k = 24", "24"),
+        ("\\sum_{k=1}^{n} k = \\frac{n(n+1)}{2}", "\\frac{n(n+1)}{2}"),
+        ("\\sum_{k=1}^{n} k = \\frac{n(n+1)}{2}", "\\sum_{k=1}^{n} k"),
+    ],
+)
+def test_series_equals_value_chain_is_credited(response: str, gold: str) -> None:
+    assert reward(response, gold) == 1.0
+
+
+def test_series_chain_wrong_value_held() -> None:
+    assert reward("\\sum_{k=1}^{10} k^2 = 386", "386") == 0.0
+    assert reward("\\sum_{k=1}^{3} k = 6 = 7", "7") == 0.0
+    assert reward("\\sum_{k=1}^{3} k \\approx 7", "7") == 0.0
+
+
 # -- attacks that held ------------------------------------------------------------------------------------
 
 
