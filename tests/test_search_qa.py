@@ -334,6 +334,28 @@ async def test_trivial_policies_earn_at_most_five_percent():
         assert sum(rewards) / len(rewards) <= 0.05, policy
 
 
+async def test_one_answer_for_every_question_earns_at_most_five_percent():
+    # The most common gold of 300 tasks per level, given (after a search) to each of them: no answer is a
+    # safe bet for a policy that ignores the question.
+    for level in LEVEL_HOPS:
+        tasks = ENV.make_tasks("train", 0, 300, level)
+        golds = [task.metadata["gold_answer"] for task in tasks]
+        common = max(set(golds), key=lambda gold: (golds.count(gold), gold))
+        rewards = []
+        for task in tasks:
+            raw = [
+                *task.prompt,
+                {
+                    "role": "assistant",
+                    "content": '<tool_call>{"name": "search", "arguments": {"query": "a"}}</tool_call>',
+                },
+                {"role": "tool", "name": "search", "content": "[d00001] ..."},
+                {"role": "assistant", "content": f"<answer>{common}</answer>"},
+            ]
+            rewards.append((await score(task.reference, raw)).reward)
+        assert sum(rewards) > 0 and sum(rewards) / len(rewards) <= 0.05, (level, common)
+
+
 # -- registration and replay through the engine ------------------------------------------------------------
 
 
