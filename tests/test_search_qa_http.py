@@ -1,10 +1,11 @@
-"""POST /compat/search_r1/retrieve over real HTTP: Search-R1's retriever protocol over the tool.search_qa corpus."""
+"""tool.search_qa over real HTTP: Search-R1's retriever protocol on its corpus, and a live session and its replay."""
 
 from __future__ import annotations
 
 import httpx
 
 from proctor.environments.tools.search_qa.corpus import corpus
+from proctor.environments.tools.search_qa.environment import SEARCH_QA, gold_transcript
 from proctor.environments.tools.search_qa.index import search_index
 
 ROUTE = "/compat/search_r1/retrieve"
@@ -76,3 +77,43 @@ def test_retrieve_batch_is_answered_in_order(live_server: str) -> None:
     response = retrieve(live_server, {"queries": titles, "topk": 1, "return_scores": True})
     assert response.status_code == 200
     assert [items[0]["document"]["title"] for items in response.json()["result"]] == titles
+
+
+def test_a_live_session_over_http_scores_as_its_replay(live_server: str) -> None:
+    task = SEARCH_QA.make_tasks("train", 4, 1, "hard")[0]
+    created = httpx.post(
+        f"{live_server}/v1/sessions",
+        json={
+            "environment": "tool.search_qa",
+            "task": {"seed": 4, "index": 0, "split": "train", "level": "hard"},
+        },
+        timeout=60,
+    )
+    assert created.status_code == 201, created.text
+    session = created.json()
+    assert session["messages"] == task.prompt
+    assert [tool["function"]["name"] for tool in session["tools"]] == ["search", "open"]
+    gold = gold_transcript(task)
+    expected = iter(message for message in gold[len(task.prompt) :] if message["role"] == "tool")
+    result: dict = {}
+    for number, message in enumerate((m for m in gold if m["role"] == "assistant"), start=1):
+        response = httpx.post(
+            f"{live_server}/v1/sessions/{session['session_id']}/step",
+            json={"message": message, "step": number},
+            timeout=60,
+        )
+        assert response.status_code == 200, response.text
+        result = response.json()
+        for observation in result["observations"]:
+            assert observation["content"] == next(expected)["content"]  # the tools answer as in process
+    assert result["done"] and result["end_reason"] == "answer" and result["score"]["reward"] == 1.0
+    record = httpx.get(f"{live_server}/v1/sessions/{session['session_id']}", timeout=60).json()
+    replay = httpx.post(
+        f"{live_server}/v1/score",
+        json={"verifier": "tool.search_qa", "response": record["transcript"], "reference": task.reference},
+        timeout=60,
+    ).json()
+    assert (
+        replay["reward"] == result["score"]["reward"]
+        and replay["components"] == result["score"]["components"]
+    )
