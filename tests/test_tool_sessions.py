@@ -359,8 +359,21 @@ class Terminal(ToolEnvironment):
         return Verdict.right() if transcript[-1].role == "tool" else Verdict.wrong("not_stopped")
 
 
-def test_env_terminal(engine: Engine):
+@pytest.fixture
+def terminal_env():
+    """Terminal registered for one test, then taken out of every registry (so no later test lists it)."""
+    from proctor import registry
+    from proctor.environments import registry as environments
+    from proctor.environments.tools import base
+
     register_tool_environment(Terminal())
+    yield
+    for table in (registry._verifiers, environments._environments, base._tool_environments):
+        table.pop(Terminal.name, None)
+
+
+@pytest.mark.usefixtures("terminal_env")
+def test_env_terminal(engine: Engine):
 
     async def episode() -> dict:
         sessions = manager_with(engine)

@@ -23,7 +23,9 @@ from __future__ import annotations
 import asyncio
 import math
 import random
+import threading
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -366,11 +368,29 @@ def python_job(code: str, limits: SessionLimits) -> Job:
     )
 
 
+_executor: ThreadPoolExecutor | None = None
+_executor_lock = threading.Lock()
+
+
+def sandbox_executor() -> ThreadPoolExecutor:
+    """The threads that wait on `python` calls' sandboxes: PROCTOR_SANDBOX_WORKERS of them, so at most that many
+    calls run at once in this process (the rest wait their turn, in order)."""
+    global _executor
+    if _executor is None:
+        with _executor_lock:
+            if _executor is None:
+                from proctor.settings import get_settings
+
+                workers = get_settings().sandbox_workers
+                _executor = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="proctor-python-tool")
+    return _executor
+
+
 async def run_python(backend: Backend, code: str, limits: SessionLimits) -> ToolResult:
     """Run one stateless call; the program's failures are results, the sandbox's raise ToolMachineryError."""
     job = python_job(code, limits)
     try:
-        result = await asyncio.to_thread(backend.run, job)
+        result = await asyncio.get_running_loop().run_in_executor(sandbox_executor(), backend.run, job)
     except Exception as exc:  # a backend that raises instead of reporting is a machinery failure too
         raise ToolMachineryError(f"the sandbox failed: {type(exc).__name__}: {exc}") from None
     if not result.commands:
