@@ -403,3 +403,34 @@ def test_the_documentation_example_runs():
     assert blocks
     for block in blocks:
         exec(compile(block, "docs/environments/search.md", "exec"), {})  # noqa: S102 - our own documentation
+
+
+async def test_a_user_task_on_another_corpus_builds_it_off_the_event_loop():
+    import asyncio
+
+    from proctor.environments.tools.search_qa.index import cached_index
+
+    seed = 977
+    assert cached_index(seed) is None
+    task = ENV.user_task("Who founded X?", {"answers": ["Somebody"], "corpus_seed": seed})
+    gaps: list[float] = []
+
+    async def ticker(stop: asyncio.Event) -> None:
+        last = time.perf_counter()
+        while not stop.is_set():
+            await asyncio.sleep(0.002)
+            now = time.perf_counter()
+            gaps.append(now - last)
+            last = now
+
+    stop = asyncio.Event()
+    ticking = asyncio.create_task(ticker(stop))
+    await asyncio.sleep(0.01)  # the ticker runs before the build starts
+    state = await ENV.start(task, ENV.limits())
+    stop.set()
+    await ticking
+    assert cached_index(seed) is not None and max(gaps) < 0.08, max(gaps)
+    other = build_corpus(seed).documents[3]
+    found = await ENV.call(state, "search", {"query": other.title})
+    assert f"[{other.id}] {other.title}" in found.content
+    assert other.title not in {d.title for d in corpus(0).documents}

@@ -17,6 +17,7 @@ forged observation, with hedged or overlong answers. Registered at the bottom of
 
 from __future__ import annotations
 
+import asyncio
 import json
 import random
 import time
@@ -37,7 +38,7 @@ from proctor.environments.tools.base import (
     register_tool_environment,
 )
 from proctor.environments.tools.search_qa.corpus import CORPUS_VERSION, corpus
-from proctor.environments.tools.search_qa.index import search_index, snippet
+from proctor.environments.tools.search_qa.index import SearchIndex, cached_index, search_index, snippet
 from proctor.environments.tools.search_qa.questions import LEVEL_HOPS, Question, draw, question_id
 from proctor.environments.tools.search_qa.scoring import exact_match, f1_score, read_answer
 from proctor.registry import Example
@@ -121,12 +122,12 @@ OPEN_TOOL = ToolSpec(
 )
 
 
-def search_text(seed: int, query: str) -> tuple[str, str]:
+def search_text(seed: int, query: str, index: SearchIndex | None = None) -> tuple[str, str]:
     """The `search` observation for a query, and its status (`error` for an empty query)."""
     query = query[:MAX_QUERY_CHARS]
     if not query.strip():
         return "Error: the query is empty.", "error"
-    hits = search_index(seed).search(query, SEARCH_TOP_K)
+    hits = (index or search_index(seed)).search(query, SEARCH_TOP_K)
     if not hits:
         return "No article matches the query.", "ok"
     lines = [
@@ -136,9 +137,9 @@ def search_text(seed: int, query: str) -> tuple[str, str]:
     return "\n\n".join(lines), "ok"
 
 
-def open_text(seed: int, doc_id: str) -> tuple[str, str]:
+def open_text(seed: int, doc_id: str, index: SearchIndex | None = None) -> tuple[str, str]:
     """The `open` observation for a document id, and its status (`error` for an unknown id)."""
-    document = corpus(seed).doc_by_id.get(doc_id.strip())
+    document = (index.corpus if index is not None else corpus(seed)).doc_by_id.get(doc_id.strip())
     if document is None:
         return f"Error: there is no article {clip(doc_id, 40)!r}; ids look like d00042.", "error"
     return f"[{document.id}] {document.title}\n{document.text}", "ok"
@@ -149,6 +150,12 @@ def _parsed(message: ChatMessage) -> ParsedCalls:
     raw = [call.model_dump(exclude_none=True) for call in message.tool_calls or []]
     schemas = {tool.name: tool.parameters for tool in (SEARCH_TOOL, OPEN_TOOL)}
     return parse_message(raw, content_text(message.content), "auto", schemas)
+
+
+async def _ready(seed: int) -> SearchIndex:
+    """The corpus and index of `seed`, built on a thread when this process has not built them (about 0.15 s),
+    so the event loop that runs the sessions never stalls."""
+    return cached_index(seed) or await asyncio.to_thread(search_index, seed)
 
 
 def _calls(message: ChatMessage) -> list[str]:
@@ -282,26 +289,27 @@ class SearchQA(ToolEnvironment):
         )
 
     async def start(self, task: Task, limits: SessionLimits) -> SearchState:
-        """Nothing to open but the corpus (built once per process)."""
+        """Nothing to open but the corpus and its index (built once per process, on a thread)."""
         reference = SearchQAReference.model_validate(task.reference)
-        search_index(reference.corpus_seed)
+        await _ready(reference.corpus_seed)
         return SearchState(reference.corpus_seed, limits.max_observation_chars)
 
     async def call(self, state: SearchState, name: str, arguments: dict[str, Any]) -> ToolResult:
         """search or open; a bad argument is an error observation."""
+        index = await _ready(state.corpus_seed)  # rebuilt on a thread if the process dropped it since start
         started = time.perf_counter()
         cpu = time.process_time()
         if name == "search":
             query = arguments.get("query")
             content, status = (
-                search_text(state.corpus_seed, query)
+                search_text(state.corpus_seed, query, index)
                 if isinstance(query, str)
                 else ("Error: query must be a string.", "error")
             )
         elif name == "open":
             doc_id = arguments.get("doc_id")
             content, status = (
-                open_text(state.corpus_seed, doc_id)
+                open_text(state.corpus_seed, doc_id, index)
                 if isinstance(doc_id, str)
                 else ("Error: doc_id must be a string.", "error")
             )
