@@ -117,3 +117,22 @@ def test_a_live_session_over_http_scores_as_its_replay(live_server: str) -> None
         replay["reward"] == result["score"]["reward"]
         and replay["components"] == result["score"]["components"]
     )
+
+
+def test_listed_with_its_tools_and_tasks_over_http(live_server: str) -> None:
+    listed = httpx.get(f"{live_server}/v1/environments", timeout=60).json()
+    (entry,) = [e for e in listed if e["name"] == "tool.search_qa"]
+    assert entry["kind"] == "tool" and entry["verifier"] == "tool.search_qa"
+    assert entry["difficulty_levels"] == ["easy", "medium", "hard"]
+    schemas = {tool["function"]["name"]: tool["function"]["parameters"] for tool in entry["tools"]}
+    assert schemas["search"]["required"] == ["query"] and schemas["open"]["required"] == ["doc_id"]
+    made = httpx.post(
+        f"{live_server}/v1/environments/tool.search_qa/tasks",
+        json={"split": "test", "seed": 5, "count": 3, "difficulty": "hard"},
+        timeout=60,
+    )
+    assert made.status_code == 200, made.text
+    tasks = made.json()["tasks"]
+    expected = SEARCH_QA.make_tasks("test", 5, 3, "hard")
+    assert [t["reference"] for t in tasks] == [t.reference for t in expected]
+    assert all(t["metadata"]["hops"] == 4 and t["verifier"] == "tool.search_qa" for t in tasks)
