@@ -40,6 +40,7 @@ BUILTIN_VERIFIERS: dict[str, str] = {
     "openai.grader": "proctor.verifiers.openai_grader",
     "toolcall": "proctor.verifiers.toolcall.verifier",
     "tool.math_python": "proctor.environments.tools.math_python",
+    "tool.math_python_persistent": "proctor.environments.tools.math_python",
     "tool.search_qa": "proctor.environments.tools.search_qa.environment",
     "demo.": "proctor.environments.demo.tasks",  # a name ending in "." covers every name with that prefix
     "puzzle.": "proctor.environments.puzzles",  # imports every puzzle family module (environments/puzzles/__init__.py)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 from typing import Any, ClassVar
 
 import pytest
@@ -566,3 +567,102 @@ def test_in_process_api_sync_and_async():
             return await session.finish()
 
     assert run(async_episode()).reward == 1.0
+
+
+# -- the persistent interpreter ---------------------------------------------------------------------------
+
+
+def _sleepers(tag: str) -> list[int]:
+    """Host pids of processes whose command line holds `tag`."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/cmdline", "rb") as cmdline:
+                    if tag.encode() in cmdline.read():
+                        found.append(int(entry))
+            except OSError:
+                continue
+    return found
+
+
+def test_persistent_interpreter_keeps_state_restarts_after_a_timeout_and_leaves_no_survivors(
+    engine: Engine, limited
+):
+    from proctor.environments.tools import math_python
+
+    limits = ENVIRONMENT.limits().model_copy(update={"call_cpu_s": 1.0, "call_wall_s": 3.0})
+    math_python.PERSISTENT.limits = lambda: limits  # type: ignore[method-assign]
+    tag = "987.654321"
+    try:
+
+        async def episode() -> tuple[list[dict], dict]:
+            sessions = manager_with(engine)
+            opened = await sessions.create({"environment": "tool.math_python_persistent", "task": USER_TASK})
+            assert "persist" in opened["tools"][0]["function"]["description"]
+            sid = opened["session_id"]
+            steps = []
+            for code in (
+                "x = 2**20",
+                "x + 3",
+                f"import subprocess\np = subprocess.Popen(['sleep', '{tag}'])\nprint('spawned')",
+                "while True: pass",
+                "x",
+            ):
+                steps.append(await sessions.step(sid, call(code)))
+            assert math_python.open_interpreters() == 1
+            final = await sessions.step(sid, answer("\\boxed{1048579}"))
+            return steps, final | {"record": await sessions.get(sid)}
+
+        steps, final = run(episode())
+    finally:
+        del math_python.PERSISTENT.limits
+    assigned, value, spawned, spun, lost = (step["observations"][0]["content"] for step in steps)
+    assert (assigned, value, spawned) == ("(no output)", "1048579", "spawned")
+    assert steps[3]["tool_results"][0]["status"] == "timeout" and "variables are lost" in spun
+    assert "fresh interpreter" in lost and "NameError" in lost
+    assert final["end_reason"] == "answer" and final["score"]["reward"] == 1.0
+    assert math_python.open_interpreters() == 0
+    assert not _sleepers(tag), "a process the model started survived its session"
+    record = final["record"]
+    replay = engine.score(
+        {"verifier": "tool.math_python_persistent", "response": record["transcript"], "reference": "1048579"}
+    )
+    assert (replay.reward, replay.reason, replay.details) == (
+        1.0,
+        final["score"]["reason"],
+        final["score"]["details"],
+    )
+
+
+def test_persistent_sessions_are_killed_on_expiry_and_bounded(engine: Engine, monkeypatch):
+    from proctor.environments.tools import math_python
+
+    now = [1000.0]
+    tag = "876.54321"
+
+    async def episode() -> None:
+        sessions = manager_with(engine, clock=lambda: now[0])
+        sid = (await sessions.create({"environment": "tool.math_python_persistent", "task": USER_TASK}))[
+            "session_id"
+        ]
+        spawned = await sessions.step(
+            sid, call(f"import subprocess\nsubprocess.Popen(['sleep', '{tag}'])\nprint(1)")
+        )
+        assert spawned["observations"][0]["content"] == "1"
+        assert _sleepers(tag) and math_python.open_interpreters() == 1
+        now[0] += ENVIRONMENT.limits().ttl_s + 1
+        assert await sessions.sweep() == 1
+        assert math_python.open_interpreters() == 0
+        for _ in range(50):  # the jail is killed at once; /proc may take a moment to forget it
+            if not _sleepers(tag):
+                break
+            await asyncio.sleep(0.05)
+        assert not _sleepers(tag)
+        monkeypatch.setattr(math_python, "MAX_INTERPRETERS", 1)
+        await sessions.create({"environment": "tool.math_python_persistent", "task": USER_TASK})
+        with pytest.raises(PoolFull):
+            await sessions.create({"environment": "tool.math_python_persistent", "task": USER_TASK})
+        await sessions.close()
+
+    run(episode())

@@ -21,9 +21,11 @@ the hash of its content, so train and test never share a problem.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import math
 import random
 import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -31,6 +33,7 @@ from typing import Any, ClassVar
 
 from pydantic import BaseModel
 
+from proctor.capacity import PoolFull
 from proctor.contract import ChatMessage, RequestError, Verdict
 from proctor.engine import current_engine, prepare
 from proctor.environments.puzzles.seeding import content_split, digest, item_rng, puzzle_id
@@ -519,3 +522,236 @@ def _gold_transcripts() -> tuple[Example, ...]:
 
 
 register_tool_environment(ENVIRONMENT, examples=_gold_transcripts(), deadline_s=30.0)
+
+
+# -- the persistent interpreter (tool.math_python_persistent) ---------------------------------------------
+
+PERSISTENT_NAME = "tool.math_python_persistent"
+MAX_INTERPRETERS = 256
+"""Sessions of `tool.math_python_persistent` open at once per process (each may hold one jailed interpreter);
+past it, opening one is a 429."""
+REPL_FILE = "repl.py"
+START_WALL_S = 15.0
+
+PERSISTENT_TOOL = ToolSpec(
+    name="python",
+    description="Run Python 3 code in this session's interpreter and return what it printed (stdout and stderr, "
+    "interleaved); the value of a last bare expression is printed too. Variables, functions and imports persist "
+    "from one call to the next (like a notebook) until the session ends, or until a call runs out of time or "
+    "memory (the interpreter then restarts empty). No network; CPU time, memory and output are limited.",
+    parameters=PYTHON_TOOL.parameters,
+)
+
+_interpreters = 0
+_interpreters_lock = threading.Lock()
+
+
+class PythonInterpreter:
+    """One session's interpreter: `python_repl.py` in a jail taken from the backend's warm slots (the same jail,
+    cgroup and rlimits a `code` verifier job gets), started on the first call, killed on `close`.
+
+    Blame: a jail that cannot start before any of the model's code ran is the machinery's failure
+    (ToolMachineryError); once code ran, anything that goes wrong with the interpreter (it dies, runs out of
+    CPU, memory or wall time, garbles its reply) is the program's doing: an observation, and the next call gets
+    a fresh interpreter. CPU time and memory are measured and enforced from outside (the jail's cgroup).
+    """
+
+    def __init__(self, backend: Backend, limits: SessionLimits):
+        self.backend = backend
+        self.limits = limits
+        self.jail: Any = None
+        self.starts = 0
+        self._lock = threading.Lock()
+
+    def _run_limits(self) -> RunLimits:
+        return RunLimits(
+            cpu_s=self.limits.call_cpu_s,
+            wall_s=self.limits.call_wall_s,
+            memory_mb=self.limits.call_memory_mb,
+            output_bytes=4 * self.limits.max_observation_chars,
+            file_size_mb=16,
+        )
+
+    def _start(self) -> Any:
+        from pathlib import Path
+
+        from proctor.sandboxes.languages import get_language
+        from proctor.sandboxes.warm import PYTHON, _Jail, _Protocol
+
+        from . import python_repl
+
+        limits = self._run_limits()
+        source = Path(python_repl.__file__).read_text()
+        env = get_language("python").env(limits.memory_mb)
+        try:
+            jail = _Jail(
+                self.backend, [File(path=REPL_FILE, content=source)], [PYTHON, "-I", REPL_FILE], env, limits
+            )
+        except Exception as exc:  # no jail: the machinery failed, before any of the model's code ran
+            raise ToolMachineryError(
+                f"the interpreter's sandbox could not start: {type(exc).__name__}: {exc}"
+            ) from None
+        try:
+            ready = jail.receive(time.monotonic(), START_WALL_S, 1 << 16)
+        except _Protocol as exc:
+            detail = jail.side_text()[-2000:]
+            jail.close()
+            raise ToolMachineryError(f"the interpreter did not start ({exc}): {detail}") from None
+        if ready.get("ready") is not True:
+            jail.close()
+            raise ToolMachineryError("the interpreter did not report ready")
+        self.starts += 1
+        return jail
+
+    def run(self, code: str) -> ToolResult:
+        """Run one cell (blocking: call it on a thread)."""
+        from proctor.sandboxes.warm import _Protocol
+
+        with self._lock:
+            restarted = self.jail is None and self.starts > 0
+            if self.jail is None:
+                self.jail = self._start()
+            jail = self.jail
+            limits = self.limits
+            cpu_before = jail.cpu_s()
+            oom_before = jail.oom_kills()
+            cap = cpu_before + limits.call_cpu_s if cpu_before is not None else None
+            started = time.monotonic()
+            max_bytes = 4 * limits.max_observation_chars
+            failure: str | None = None
+            reply: dict[str, Any] = {}
+            jail.begin_wait()
+            try:
+                jail.send({"op": "run", "code": code, "max_bytes": max_bytes})
+                reply = jail.receive(started, limits.call_wall_s, 4 * max_bytes + 65536, cap)
+                if not isinstance(reply.get("output"), str) or not isinstance(reply.get("error"), bool):
+                    failure = "garbled"
+            except _Protocol as exc:
+                failure = str(exc)
+            elapsed_ms = round((time.monotonic() - started) * 1000, 3)
+            cpu_after = jail.cpu_s()
+            cpu_ms = round(max(0.0, (cpu_after or 0.0) - (cpu_before or 0.0)) * 1000, 3)
+            note = (
+                "[a fresh interpreter: the previous one was lost, with its variables]\n" if restarted else ""
+            )
+            if failure is None:
+                output = reply["output"]
+                truncated = bool(reply.get("truncated"))
+                content = note + (output.rstrip("\n") if output.strip() else "(no output)")
+                if truncated:
+                    content += "\n[output truncated: the code printed more than the tool returns]"
+                status = "error" if reply["error"] else "ok"
+                return ToolResult(
+                    content=content, status=status, elapsed_ms=elapsed_ms, cpu_ms=cpu_ms, truncated=truncated
+                )
+            oom = jail.oom_kills() > oom_before
+            self._kill()
+            lost = "The interpreter was stopped; its variables are lost and the next call starts a fresh one."
+            if failure == "cpu" or failure == "deadline":
+                content = f"Error: the code ran out of time ({limits.call_cpu_s:g} s of CPU, {limits.call_wall_s:g} s). {lost}"
+                status = "timeout"
+            elif oom:
+                content = f"Error: the code ran out of memory ({limits.call_memory_mb} MB). {lost}"
+                status = "error"
+            else:
+                content = f"Error: the interpreter ended ({failure}). {lost}"
+                status = "error"
+            return ToolResult(content=note + content, status=status, elapsed_ms=elapsed_ms, cpu_ms=cpu_ms)
+
+    def _kill(self) -> None:
+        jail, self.jail = self.jail, None
+        if jail is not None:
+            with contextlib.suppress(Exception):
+                jail.send({"op": "exit"}, timeout_s=0.5)
+            jail.close()
+
+    def close(self) -> None:
+        """Kill the interpreter's jail (idempotent)."""
+        with self._lock:
+            self._kill()
+
+
+class PersistentState(BaseModel):
+    """A persistent session's state: its limits and its interpreter (started on the first call)."""
+
+    model_config = {"arbitrary_types_allowed": True}
+
+    limits: SessionLimits
+    interpreter: PythonInterpreter
+    closed: bool = False
+
+
+class MathPythonPersistent(MathPython):
+    """`tool.math_python` with one persistent interpreter per session (state kept between calls)."""
+
+    name: ClassVar[str] = PERSISTENT_NAME
+    description: ClassVar[str] = (
+        "Math problems solved with a sandboxed `python` tool whose interpreter persists for the session "
+        "(variables survive between calls); graded like tool.math_python by the math verifier."
+    )
+
+    def tools(self) -> list[ToolSpec]:
+        return [PERSISTENT_TOOL]
+
+    def make_tasks(self, split: str, seed: int, count: int, level: str | None = None) -> list[Task]:
+        tasks = super().make_tasks(split, seed, count, level)
+        for task in tasks:
+            task.verifier = PERSISTENT_NAME
+            task.metadata["environment"] = PERSISTENT_NAME
+        return tasks
+
+    def user_task(self, prompt: str | list[dict[str, str]], reference: Any) -> Task:
+        task = super().user_task(prompt, reference)
+        task.verifier = PERSISTENT_NAME
+        task.metadata["environment"] = PERSISTENT_NAME
+        return task
+
+    async def start(self, task: Task, limits: SessionLimits) -> PersistentState:  # type: ignore[override]
+        global _interpreters
+        with _interpreters_lock:
+            if _interpreters >= MAX_INTERPRETERS:
+                raise PoolFull(
+                    f"{_interpreters} persistent interpreters are open, the most this process holds"
+                )
+            _interpreters += 1
+        return PersistentState(limits=limits, interpreter=PythonInterpreter(self.backend, limits))
+
+    async def call(self, state: PersistentState, name: str, arguments: dict[str, Any]) -> ToolResult:  # type: ignore[override]
+        if name != "python":
+            return ToolResult(content=f"Error: unknown tool {name!r}", status="error")
+        code = arguments.get("code")
+        if not isinstance(code, str):
+            return ToolResult(content="Error: `code` must be a string", status="error")
+        if len(code) > MAX_CODE_CHARS:
+            return ToolResult(
+                content=f"Error: the code is longer than {MAX_CODE_CHARS} characters", status="error"
+            )
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(sandbox_executor(), state.interpreter.run, code)
+
+    async def close(self, state: PersistentState) -> None:  # type: ignore[override]
+        global _interpreters
+        if state.closed:
+            return
+        state.closed = True
+        with _interpreters_lock:
+            _interpreters -= 1
+        await asyncio.get_running_loop().run_in_executor(None, state.interpreter.close)
+
+
+def open_interpreters() -> int:
+    """Persistent interpreters (sessions of tool.math_python_persistent) open in this process."""
+    return _interpreters
+
+
+PERSISTENT = MathPythonPersistent()
+
+
+def _persistent_examples() -> tuple[Example, ...]:
+    return tuple(
+        Example(example.response, example.reference, example.expect, note=example.note)
+        for example in _gold_transcripts()
+    )
+
+
+register_tool_environment(PERSISTENT, examples=_persistent_examples(), deadline_s=30.0)
