@@ -434,3 +434,36 @@ async def test_a_user_task_on_another_corpus_builds_it_off_the_event_loop():
     found = await ENV.call(state, "search", {"query": other.title})
     assert f"[{other.id}] {other.title}" in found.content
     assert other.title not in {d.title for d in corpus(0).documents}
+
+
+DIGEST_SCRIPT = """
+import hashlib, json
+from proctor.environments.tools.search_qa.corpus import build_corpus
+from proctor.environments.tools.search_qa.environment import SEARCH_QA
+digest = hashlib.sha256()
+for document in build_corpus(0).documents:
+    digest.update(f"{document.id}|{document.title}|{document.text}\\n".encode())
+for level in ("easy", "medium", "hard"):
+    for split in ("train", "test"):
+        for task in SEARCH_QA.make_tasks(split, 0, 10, level):
+            digest.update(json.dumps(task.model_dump(mode="json"), sort_keys=True).encode())
+print(digest.hexdigest())
+"""
+GOLDEN_DIGEST = "d0355546b1c6f03ea7fd37e2d364e122ad1cfc327ada944beb44be52323f1a4b"
+
+
+def test_generation_is_identical_across_processes_and_pinned():
+    import os
+    import subprocess
+    import sys
+
+    digests = set()
+    for hash_seed in ("1", "2"):
+        env = {**os.environ, "PYTHONHASHSEED": hash_seed}
+        out = subprocess.run(
+            [sys.executable, "-c", DIGEST_SCRIPT], capture_output=True, text=True, env=env, check=True
+        )
+        digests.add(out.stdout.strip())
+    assert len(digests) == 1
+    # Changing the corpus or the questions must bump CORPUS_VERSION or the environment's VERSION, then this pin.
+    assert digests == {GOLDEN_DIGEST}
