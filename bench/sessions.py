@@ -2,11 +2,12 @@
 
 Run with `.venv/bin/python bench/sessions.py` (add `--no-write` to print only). It starts one server with default
 settings on a free loopback port (the sandbox is the configured backend, nsjail by default) and drives
-`tool.math_python` sessions through `/v1/sessions` with an async httpx client, as a trainer's rollout workers
-would: at each concurrency, SESSIONS sessions, each CALLS steps that run a small Python program in the sandbox
-(a fresh process per call: the stateless tool) and a final answer step, graded by the math verifier. Reported per
-concurrency: steps per second (all steps), and p50/p99 latency of tool steps and of answer steps, as the client
-sees them. Then it opens HELD sessions without closing them and reports the server's resident memory before
+`tool.math_python` (stateless: a fresh sandboxed process per call) and `tool.math_python_persistent` (one jailed
+interpreter per session, started by the first call) sessions through `/v1/sessions` with an async httpx client,
+as a trainer's rollout workers would: at each concurrency, SESSIONS sessions, each CALLS steps that run a small
+Python program and a final answer step, graded by the math verifier. Reported per environment and concurrency:
+steps per second (all steps), and p50/p99 latency of the first tool step, the later tool steps and the answer
+step, as the client sees them. Then it opens HELD sessions without closing them and reports the server's resident memory before
 and after (bytes per open session), and that the store's bound answers 429 past it.
 """
 
@@ -27,6 +28,7 @@ from common import append_results, free_port, git_commit, start_server  # bench/
 SESSIONS = 64
 CALLS = 3
 CONCURRENCY = (1, 8, 32)
+ENVIRONMENTS = ("tool.math_python", "tool.math_python_persistent")
 HELD = 5_000
 TASK = {"prompt": "What is the sum of the squares of 1..100?", "reference": "338350"}
 CODE = "print(sum(i * i for i in range(1, 101)))"
@@ -48,8 +50,14 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else float("nan")
 
 
-async def one_session(client: httpx.AsyncClient, tool_ms: list[float], answer_ms: list[float]) -> float:
-    made = await client.post("/v1/sessions", json={"environment": "tool.math_python", "task": TASK})
+async def one_session(
+    client: httpx.AsyncClient,
+    environment: str,
+    tool_ms: list[float],
+    first_ms: list[float],
+    answer_ms: list[float],
+) -> float:
+    made = await client.post("/v1/sessions", json={"environment": environment, "task": TASK})
     made.raise_for_status()
     sid = made.json()["session_id"]
     for index in range(CALLS):
@@ -57,7 +65,7 @@ async def one_session(client: httpx.AsyncClient, tool_ms: list[float], answer_ms
         step = await client.post(
             f"/v1/sessions/{sid}/step", json={"message": call(CODE, index), "step": index + 1}
         )
-        tool_ms.append((time.perf_counter() - started) * 1000)
+        (first_ms if index == 0 else tool_ms).append((time.perf_counter() - started) * 1000)
         step.raise_for_status()
         assert step.json()["observations"][0]["content"] == "338350", step.text
     started = time.perf_counter()
@@ -71,8 +79,9 @@ async def one_session(client: httpx.AsyncClient, tool_ms: list[float], answer_ms
     return final.json()["score"]["reward"]
 
 
-async def run_level(base: str, concurrency: int) -> dict:
+async def run_level(base: str, environment: str, concurrency: int) -> dict:
     tool_ms: list[float] = []
+    first_ms: list[float] = []
     answer_ms: list[float] = []
     gate = asyncio.Semaphore(concurrency)
     limits = httpx.Limits(max_connections=concurrency + 4, max_keepalive_connections=concurrency + 4)
@@ -80,14 +89,17 @@ async def run_level(base: str, concurrency: int) -> dict:
 
         async def guarded() -> float:
             async with gate:
-                return await one_session(client, tool_ms, answer_ms)
+                return await one_session(client, environment, tool_ms, first_ms, answer_ms)
 
         started = time.perf_counter()
         rewards = await asyncio.gather(*(guarded() for _ in range(SESSIONS)))
         seconds = time.perf_counter() - started
-    steps = len(tool_ms) + len(answer_ms)
+    steps = len(tool_ms) + len(first_ms) + len(answer_ms)
     return {
+        "environment": environment,
         "concurrency": concurrency,
+        "first_p50": percentile(first_ms, 0.5),
+        "first_p99": percentile(first_ms, 0.99),
         "steps": steps,
         "seconds": seconds,
         "steps_per_s": steps / seconds,
@@ -139,29 +151,36 @@ def main() -> None:
     server = start_server(port, env)
     base = f"http://127.0.0.1:{port}"
     try:
-        asyncio.run(run_level(base, 4))  # warm-up: the math verifier's worker pool, the sandbox
-        levels = [asyncio.run(run_level(base, concurrency)) for concurrency in CONCURRENCY]
+        for environment in ENVIRONMENTS:  # warm-up: the math verifier's worker pool, the sandbox slots
+            asyncio.run(run_level(base, environment, 4))
+        levels = [
+            asyncio.run(run_level(base, environment, concurrency))
+            for environment in ENVIRONMENTS
+            for concurrency in CONCURRENCY
+        ]
         held = asyncio.run(hold(base, server.pid))
     finally:
         server.terminate()
         server.wait(timeout=30)
     rows = "\n".join(
-        f"| {r['concurrency']} | {r['steps']} | {r['steps_per_s']:.1f} | {r['tool_p50']:.0f} | {r['tool_p99']:.0f} "
+        f"| `{r['environment']}` | {r['concurrency']} | {r['steps']} | {r['steps_per_s']:.1f} "
+        f"| {r['first_p50']:.0f} | {r['first_p99']:.0f} | {r['tool_p50']:.0f} | {r['tool_p99']:.0f} "
         f"| {r['answer_p50']:.0f} | {r['answer_p99']:.0f} | {r['rewards_ok']}/{SESSIONS} |"
         for r in levels
     )
-    report = f"""## Tool sessions: `tool.math_python` over HTTP ({dt.date.today()}, commit {git_commit()})
+    report = f"""## Tool sessions: `tool.math_python` and `tool.math_python_persistent` over HTTP ({dt.date.today()}, commit {git_commit()})
 
 `bench/sessions.py`: one server with default settings (sandbox backend: {env.get("PROCTOR_SANDBOX_BACKEND", "nsjail")}), on
 {os.cpu_count()} CPUs ({platform.machine()}, Python {platform.python_version()}). At each concurrency, {SESSIONS} sessions,
-each {CALLS} tool steps (the stateless `python` tool: one fresh sandboxed process per call) and one answer step
+each {CALLS} tool steps (stateless: one fresh sandboxed process per call; persistent: one jailed interpreter per
+session, started by its first call and killed when the session is deleted) and one answer step
 (graded by the math verifier; every session gives the same answer, so after the first one the answer step is a
 result-cache hit: it measures the session machinery, not the math verifier), closed afterwards. Latency is per
-step, as the client sees it, in ms. Tool steps are bound by the sandbox: one nsjail process per call, at most
-PROCTOR_SANDBOX_WORKERS at once.
+step, as the client sees it, in ms. At most PROCTOR_SANDBOX_WORKERS tool calls run at once per process; a
+persistent session's answer step also kills its interpreter's jail before it answers.
 
-| concurrent sessions | steps | steps/s | tool step p50 | tool step p99 | answer step p50 | answer step p99 | rewarded 1 |
-|---:|---:|---:|---:|---:|---:|---:|---:|
+| environment | concurrent sessions | steps | steps/s | first call p50 | first call p99 | later calls p50 | later calls p99 | answer p50 | answer p99 | rewarded 1 |
+|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|
 {rows}
 
 Sessions held open at once: {held["held"]} of {HELD} opened in {held["seconds"]:.1f} s; the server's resident
