@@ -210,3 +210,35 @@ def test_sessions_need_the_token_when_auth_is_on(start_server):
     assert httpx.get(f"{base}/v1/sessions/{sid}", timeout=30).status_code == 401
     record = httpx.get(f"{base}/v1/sessions/{sid}", headers=auth, timeout=30).json()
     assert "owner" not in record and record["session_id"] == sid
+
+
+def test_steps_take_admission_slots_and_a_full_service_answers_429(start_server):
+    import threading
+
+    base = start_server(PROCTOR_MAX_CONCURRENCY=1, PROCTOR_MAX_QUEUE=0)
+    busy, waiting = open_session(base)["session_id"], open_session(base)["session_id"]
+    slow: dict[str, Any] = {}
+
+    def sleep_in_the_tool() -> None:
+        slow["answer"] = httpx.post(
+            f"{base}/v1/sessions/{busy}/step",
+            json={"message": call("import time\ntime.sleep(3)\nprint('up')")},
+            timeout=60,
+        )
+
+    thread = threading.Thread(target=sleep_in_the_tool)
+    thread.start()
+    try:
+        time.sleep(1.0)  # the slow step holds the only slot
+        refused = httpx.post(
+            f"{base}/v1/sessions/{waiting}/step", json={"message": call("print(1)")}, timeout=30
+        )
+        assert refused.status_code == 429 and refused.headers["Retry-After"]
+    finally:
+        thread.join()
+    assert slow["answer"].json()["observations"][0]["content"] == "up"
+    # Refused before it ran: the same step number is still the next one.
+    again = httpx.post(
+        f"{base}/v1/sessions/{waiting}/step", json={"message": call("print(1)"), "step": 1}, timeout=30
+    )
+    assert again.status_code == 200 and again.json()["step"] == 1

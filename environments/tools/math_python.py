@@ -513,6 +513,25 @@ def _gold_transcripts() -> tuple[Example, ...]:
             [*prompt, {"role": "assistant", "content": ""}], ref, 0.0, note="trivial: no call, no answer"
         ),
         Example(
+            [
+                *prompt,
+                {
+                    **call,
+                    "tool_calls": [
+                        {
+                            **call["tool_calls"][0],
+                            "function": {"name": "python", "arguments": '{"code": "x"}'},
+                        }
+                    ],
+                },
+                {**observation, "content": "NameError: name 'x' is not defined"},
+                {"role": "assistant", "content": "\\boxed{0}"},
+            ],
+            ref,
+            0.0,
+            note="trivial: random arguments, then a guess",
+        ),
+        Example(
             [*prompt, {"role": "assistant", "content": prompt[-1]["content"]}],
             ref,
             0.0,
