@@ -1,7 +1,8 @@
 """Red team 17b: the math verifier's newest leniencies (series, matrix arithmetic, ±, primes, \\equiv, bracket
 grouping, the 'inequality:interval' gold repair) attacked as a reward-hacking policy and as a user.
 
-Confirmed findings are xfail(strict=True) tests asserting the correct verdict; the ..._held tests are attacks
+Confirmed findings are tests asserting the correct verdict (each failed when written and passes since its fix;
+one stays xfail(strict=True): a documented limit of the series comparison); the ..._held tests are attacks
 that held. Round 1 (tests/test_math_redteam17.py) is not repeated here.
 """
 
@@ -38,9 +39,6 @@ SLOW_SERIES = [
 ]
 
 
-@pytest.mark.xfail(
-    strict=True, reason="nested/huge series are written out past any total cap (seconds per item)"
-)
 @pytest.mark.parametrize("response", SLOW_SERIES)
 def test_nested_and_huge_series_are_fast(response: str) -> None:
     start = time.perf_counter()
@@ -49,7 +47,6 @@ def test_nested_and_huge_series_are_fast(response: str) -> None:
     assert time.perf_counter() - start < 0.5
 
 
-@pytest.mark.xfail(strict=True, reason="a nested-series gold is written out in full before any check")
 def test_nested_series_gold_is_fast_or_refused() -> None:
     start = time.perf_counter()
     with contextlib.suppress(ValidationError):
@@ -69,7 +66,6 @@ def test_series_point_coincidence_is_wrong() -> None:
 # -- B3 (false positive, pre-existing): a vmatrix is a determinant (a number), scored as the matrix itself.
 
 
-@pytest.mark.xfail(strict=True, reason="vmatrix (a determinant) is read as a matrix")
 def test_determinant_is_not_the_matrix() -> None:
     assert reward("\\begin{vmatrix}1&2\\\\3&4\\end{vmatrix}", _m((1, 2), (3, 4))) == 0.0
 
@@ -78,7 +74,6 @@ def test_determinant_is_not_the_matrix() -> None:
 # expanded on its own: 1 ± 2 ∓ 3 reads as {6, 0, 2, -4} instead of {0, 2}.
 
 
-@pytest.mark.xfail(strict=True, reason="\\mp is expanded independently of the \\pm it pairs with")
 def test_mp_follows_its_pm() -> None:
     assert reward("1 \\pm 2 \\mp 3", "\\{0, 2\\}") == 1.0
 
@@ -88,13 +83,11 @@ def test_mp_follows_its_pm() -> None:
 # credited; and the two-sided form 0<x<1:(0,1) is not repaired (its interval is lost).
 
 
-@pytest.mark.xfail(strict=True, reason="the repair does not check the inequality and interval agree")
 def test_contradicting_inequality_interval_gold_is_refused() -> None:
     with pytest.raises(ValidationError):
         MathReference(answer="x \\le 1:(1, \\infty)")
 
 
-@pytest.mark.xfail(strict=True, reason="a two-sided inequality before ':' is not repaired")
 def test_two_sided_inequality_interval_gold() -> None:
     assert reward("(0,1)", "0<x<1:(0,1)") == 1.0
 
@@ -102,7 +95,6 @@ def test_two_sided_inequality_interval_gold() -> None:
 # -- B6 (lost correct answers, low): matrix powers other than whole n >= 1 and ^T are not carried out.
 
 
-@pytest.mark.xfail(strict=True, reason="A^{-1} / A^0 / A^{\\top} are not carried out")
 @pytest.mark.parametrize(
     ("response", "gold"),
     [
@@ -120,7 +112,6 @@ def test_matrix_inverse_identity_top(response: str, gold: str) -> None:
 # whole chain, not its last side. A wrong value or a false chain must still fail.
 
 
-@pytest.mark.xfail(strict=True, reason="a series = value chain is treated as a series answer")
 @pytest.mark.parametrize(
     ("response", "gold"),
     [

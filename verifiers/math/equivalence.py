@@ -553,6 +553,8 @@ def _stated_value(relation: Relation) -> Scalar | None:
         sides = relation.sides[1:] if found[0] is relation.sides[0] else relation.sides[:-1]
     elif all(op == "=" for op in relation.ops) and not any(side.symbols for side in relation.sides):
         sides = relation.sides
+    elif all(op == "=" for op in relation.ops) and _has_series(relation.sides[0].node):
+        sides = relation.sides  # \\sum_{k=1}^{n} k = \\frac{n(n+1)}{2}: the sum worked out, if it is right
     else:
         return None
     if not _consistent(sides):

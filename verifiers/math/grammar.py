@@ -1266,6 +1266,8 @@ class Parser:
             raise ParseError("a degree sign with nothing before it")
         if name in ("sum", "prod"):
             return self.series(name)
+        if name in ("top", "intercal"):
+            return self.node("sym", (), "T")  # A^{\\top}: the transpose mark, read as A^T
         if name in ("angle", "measuredangle", "sphericalangle", "triangle"):
             token = self.peek()
             if token is None or token.kind != "id" or not token.text.isalpha() or not token.text.isupper():

@@ -14,7 +14,8 @@ What is mended, and why each is safe:
   single backslash before its commands, so this never touches one.
 - A spacing command glued to the next letter (`\\quadx_{2}`, from one public dataset): a blank after it.
 - An inequality followed by a colon and the same set as an interval (`x<-7:(-\\infty,-7)`, one public
-  dataset's form): the interval.
+  dataset's form): the interval, when the two agree (verifier.gold_value checks; when they disagree the gold is
+  refused).
 - An unbalanced end: a lone trailing backslash, and closing braces (`}` or `\\}`) at the end that close
   nothing, are dropped. An opening brace that is never closed is not guessed at: that gold stays a 422.
 """
@@ -71,13 +72,16 @@ def _restored(match: re.Match[str]) -> str:
     return "\\" + _EATEN[eaten[0]][0] + eaten[1:]
 
 
+def condition_and_set(gold: str) -> tuple[str, str] | None:
+    """(inequality, interval) of a gold written `x<-7:(-\\infty,-7)` (one public dataset's form), or None."""
+    stated = _CONDITION_THEN_SET.fullmatch(gold.strip())
+    return None if stated is None else (stated.group("condition"), stated.group("set"))
+
+
 def repair_gold(text: str) -> str:
     """The gold with eaten escapes, doubled backslashes and an unbalanced end mended (see the module doc)."""
     text = restore_escapes(text, newline=True)
     text = _GLUED_SPACING.sub(r"\1 ", text)  # NuminaMath's "\\quadx_{2}": \\quad then x
-    stated = _CONDITION_THEN_SET.fullmatch(text.strip())
-    if stated:  # college_math's "x<-7:(-\\infty,-7)": an inequality, then the same set as an interval
-        text = stated.group("set")
     doubled = "\\\\" in text and _DOUBLED_COMMAND.search(text) is not None
     if doubled and all(len(run) % 2 == 0 for run in _BACKSLASH_RUN.findall(text)):
         text = _BACKSLASH_RUN.sub(lambda run: "\\" * (len(run.group()) // 2), text)

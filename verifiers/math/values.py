@@ -610,8 +610,8 @@ def to_value(node: Node, raw: str = "") -> Value:
             # "\\pm i, \\pm 2\\sqrt2" and "x = 1/2, x = (-1 ± √13)/4": each ± gives its two values to the list
             items.extend(value.items if isinstance(value, Items) and value.shape == "pm" else (value,))
         return _solutions(Items("list", tuple(items), raw))
-    if op != "pm" and op != "rel" and any(part.op == "pm" for part in node.walk()):
-        return _expanded_pm(node, raw)
+    if op != "rel" and sum(part.op == "pm" for part in node.walk()) > (op == "pm"):
+        return _expanded_pm(node, raw)  # ± inside an expression, or several of them (1 ± 2 ∓ 3)
     if op in ("add", "mul", "neg", "pow", "div") and any(part.op == "matrix" for part in node.walk()):
         return _matrix_arithmetic(node, raw)
     if op == "bracket":
@@ -625,6 +625,8 @@ def to_value(node: Node, raw: str = "") -> Value:
     if op in ("union", "intersect", "setminus"):
         return SetOp(op, tuple(to_value(part, to_text(part)) for part in node.args), raw)
     if op == "matrix":
+        if node.value in ("vmatrix", "Vmatrix"):  # |a b; c d| is a determinant: a number, not a matrix
+            return scalar(_cells(node), raw)  # type: ignore[arg-type]  # _cells writes the determinant out
         rows = tuple(tuple(scalar(cell) for cell in row.args) for row in node.args)
         return Matrix(rows, str(node.value), raw)
     if op == "ratio":
@@ -686,6 +688,8 @@ def scalar(node: Node, raw: str = "") -> Scalar:
     return Scalar(node, raw or to_text(node), percent, unit)
 
 
+MAX_SERIES_NODES = 6_000
+"""Most nodes a series may write out to, nested series included (a double sum of 1000 x 1000 terms is not)."""
 MAX_SERIES_TERMS = 1_000
 """Most terms a \\sum or \\prod with whole-number limits is written out to; more is TooComplex."""
 
@@ -707,6 +711,8 @@ def expand_series(node: Node) -> Node:
         count = int(stop) - int(start) + 1
         if count > MAX_SERIES_TERMS:
             raise TooComplex(f"a series of more than {MAX_SERIES_TERMS} terms")
+        if count * sum(1 for _ in body.walk()) > MAX_SERIES_NODES:  # nested series multiply their terms
+            raise TooComplex(f"a series that writes out to more than {MAX_SERIES_NODES} nodes")
         if count <= 0:  # an empty sum is 0, an empty product 1
             return Node(
                 "num", (), Number(Fraction(int(node.op == "prod")), str(int(node.op == "prod")), "int")
@@ -792,13 +798,15 @@ MAX_MATRIX_SIDE = 10
 _Cells = tuple[tuple[Node, ...], ...]
 
 
-def _matrix_arithmetic(node: Node, raw: str) -> Matrix:
+def _matrix_arithmetic(node: Node, raw: str) -> Matrix | Scalar:
     """A sum, product, scalar multiple, negation, whole power or transpose of written-out matrices, carried out
     cell by cell on the trees (nothing is evaluated here): `\\begin{pmatrix}1&2\\\\3&4\\end{pmatrix} +
     \\begin{pmatrix}1&0\\\\0&1\\end{pmatrix}` is the matrix of the sums. Shapes that do not fit are a ParseError."""
     cells = _cells(node)
     if not isinstance(cells, tuple):
-        raise ParseError("a matrix inside an expression that is not matrix arithmetic")
+        if any(part.op == "matrix" and part.value not in ("vmatrix", "Vmatrix") for part in cells.walk()):
+            raise ParseError("a matrix inside an expression that is not matrix arithmetic")
+        return scalar(cells, raw)  # determinants only: a number
     env = next(str(part.value) for part in node.walk() if part.op == "matrix")
     return Matrix(tuple(tuple(scalar(cell) for cell in row) for row in cells), env, raw)
 
@@ -810,16 +818,22 @@ def _cells(node: Node) -> _Cells | Node:
         rows = tuple(tuple(row.args) for row in node.args)
         if len(rows) > MAX_MATRIX_SIDE or any(len(row) != len(rows[0]) for row in rows):
             raise ParseError("a matrix too large or with ragged rows for arithmetic")
+        if node.value in ("vmatrix", "Vmatrix"):
+            return _determinant(rows)  # a determinant is a number inside the arithmetic too
         return rows
     if op == "group":
         return _cells(node.args[0])
     if op == "neg":
         inner = _cells(node.args[0])
-        return _map(inner, lambda cell: Node("neg", (cell,))) if isinstance(inner, tuple) else node
+        return (
+            _map(inner, lambda cell: Node("neg", (cell,)))
+            if isinstance(inner, tuple)
+            else Node("neg", (inner,))
+        )
     if op == "add":
         parts = [_cells(arg) for arg in node.args]
         if not any(isinstance(part, tuple) for part in parts):
-            return node
+            return Node("add", tuple(parts), node.value)  # type: ignore[arg-type]
         if not all(isinstance(part, tuple) for part in parts):
             raise ParseError("a matrix added to a number")
         shape = _shape(parts[0])  # type: ignore[arg-type]
@@ -839,17 +853,26 @@ def _cells(node: Node) -> _Cells | Node:
         top, bottom = _cells(node.args[0]), _cells(node.args[1])
         if isinstance(bottom, tuple):
             raise ParseError("division by a matrix")
-        return _map(top, lambda cell: Node("div", (cell, bottom))) if isinstance(top, tuple) else node
+        if isinstance(top, tuple):
+            return _map(top, lambda cell: Node("div", (cell, bottom)))
+        return Node("div", (top, bottom), node.value)
     if op == "pow":
         base = _cells(node.args[0])
         if not isinstance(base, tuple):
-            return node
+            return Node("pow", (base, node.args[1]), node.value)
         exponent = node.args[1]
         if exponent.op == "sym" and exponent.value == "T":
             return tuple(zip(*base, strict=True))
         power = fold(exponent)
-        if power is None or power.denominator != 1 or not 1 <= power <= 8:
-            raise ParseError("a matrix power that is not a whole number from 1 to 8")
+        if power is None or power.denominator != 1 or not -1 <= power <= 8:
+            raise ParseError("a matrix power that is not a whole number from -1 to 8")
+        rows, columns = _shape(base)
+        if power <= 0 and rows != columns:
+            raise ParseError("a power of a matrix that is not square")
+        if power == 0:
+            return tuple(tuple(_number(int(i == j)) for j in range(columns)) for i in range(rows))
+        if power == -1:
+            return _inverse(base)
         result = base
         for _ in range(int(power) - 1):
             result = _multiply(result, base)  # type: ignore[assignment]
@@ -857,6 +880,45 @@ def _cells(node: Node) -> _Cells | Node:
     if any(part.op == "matrix" for part in node.walk()):
         raise ParseError(f"a matrix inside {op}")
     return node
+
+
+MAX_INVERSE_SIDE = 4
+"""Largest square matrix whose determinant and inverse are written out (cofactors grow as n!)."""
+
+
+def _number(value: int) -> Node:
+    return Node("num", (), Number(Fraction(value), str(value), "int"))
+
+
+def _determinant(cells: _Cells) -> Node:
+    """The determinant of a square matrix of trees, by cofactor expansion along the first row (n <= 4)."""
+    size = len(cells)
+    if size == 0 or any(len(row) != size for row in cells) or size > MAX_INVERSE_SIDE:
+        raise ParseError(f"a determinant of a matrix that is not square or larger than {MAX_INVERSE_SIDE}")
+    if size == 1:
+        return cells[0][0]
+    terms = []
+    for column in range(size):
+        minor = tuple(tuple(row[:column] + row[column + 1 :]) for row in cells[1:])
+        term = Node("mul", (cells[0][column], _determinant(minor)))
+        terms.append(term if column % 2 == 0 else Node("neg", (term,)))
+    return Node("group", (Node("add", tuple(terms)),))
+
+
+def _inverse(cells: _Cells) -> _Cells:
+    """The inverse of a square matrix of trees: its adjugate over its determinant (n <= 4); a singular one
+    has no value at any point, so it equals nothing."""
+    size = len(cells)
+    determinant = _determinant(cells)
+    if size == 1:
+        return ((Node("div", (_number(1), determinant)),),)
+
+    def cofactor(i: int, j: int) -> Node:
+        minor = tuple(tuple(row[:j] + row[j + 1 :]) for index, row in enumerate(cells) if index != i)
+        value = _determinant(minor)
+        return value if (i + j) % 2 == 0 else Node("neg", (value,))
+
+    return tuple(tuple(Node("div", (cofactor(j, i), determinant)) for j in range(size)) for i in range(size))
 
 
 def _shape(cells: _Cells) -> tuple[int, int]:
@@ -896,10 +958,24 @@ def _expanded_pm(node: Node, raw: str) -> Items:
     signs = sum(part.op == "pm" for part in node.walk())
     if signs > MAX_PM:
         raise ParseError(f"more than {MAX_PM} ± signs")
-    trees = [node]
-    for _ in range(signs):
-        trees = [branch for tree in trees for branch in _split_first_pm(tree)]
+    if any(part.op == "pm" and part.value == "mp" for part in node.walk()):
+        # ± with ∓ in one expression are read together (upper signs, then lower): 1 ± 2 ∓ 3 is {0, 2}
+        trees = [_linked_signs(node, upper=True), _linked_signs(node, upper=False)]
+    else:
+        trees = [node]
+        for _ in range(signs):
+            trees = [branch for tree in trees for branch in _split_first_pm(tree)]
     return Items("pm", tuple(to_value(tree, to_text(tree)) for tree in trees), raw)
+
+
+def _linked_signs(node: Node, upper: bool) -> Node:
+    """The tree with every ± as + and every ∓ as - (upper), or the other way round (lower)."""
+    args = tuple(_linked_signs(arg, upper) for arg in node.args)
+    if node.op == "pm":
+        center, spread = args
+        plus = (node.value != "mp") == upper
+        return Node("add", (center, spread if plus else Node("neg", (spread,))))
+    return node if args == node.args else Node(node.op, args, node.value)
 
 
 def _split_first_pm(node: Node) -> tuple[Node, Node]:
@@ -1185,10 +1261,10 @@ def fold(node: Node) -> Fraction | None:
             if value is None:
                 missing = True
             else:
-                product *= value
+                product = guards.check_fraction(product * value)  # each step: \\prod of 1000 huge factors
         if missing:
             return None
-        return guards.check_fraction(product)
+        return product
     if op == "div":
         numerator, denominator = fold(args[0]), fold(args[1])
         if numerator is None or denominator is None:

@@ -36,7 +36,7 @@ from proctor.verifiers.math.equivalence import Policy, assignment, equivalent
 from proctor.verifiers.math.extract import Extracted, every_box, extract_answer, extract_gold, final_part
 from proctor.verifiers.math.grammar import Node
 from proctor.verifiers.math.guards import ParseError, TooComplex
-from proctor.verifiers.math.repair import drop_part_labels, repair_gold, restore_escapes
+from proctor.verifiers.math.repair import condition_and_set, drop_part_labels, repair_gold, restore_escapes
 from proctor.verifiers.math.values import (
     Items,
     Relation,
@@ -129,6 +129,12 @@ def gold_value(reference: str) -> Value:
     without doubt is never refused, and one damaged beyond repair is still a 422 with the first error."""
     extracted = extract_gold(restore_escapes(reference))
     answer = drop_part_labels(extracted)
+    stated = condition_and_set(answer)
+    if stated is not None:
+        condition, interval = (check_value(parse_value(part)) for part in stated)
+        if not (equivalent(interval, condition).ok and equivalent(condition, interval).ok):
+            raise ParseError("the inequality and the set after its colon disagree")
+        return interval
     try:
         value = check_value(parse_value(answer))
         if answer != extracted and isinstance(value, Items) and value.shape == "list":
@@ -222,6 +228,19 @@ _REVISION = re.compile(
 )
 
 
+def _last_side(text: str) -> str:
+    """What follows the last `=` outside braces (`\\sum_{k=1}^{10} k^2 = 385` -> ` 385`): what a chain states."""
+    depth, cut = 0, 0
+    for index, char in enumerate(text):
+        if char == "{":
+            depth += 1
+        elif char == "}":
+            depth -= 1
+        elif char == "=" and depth == 0:
+            cut = index + 1
+    return text[cut:]
+
+
 _SERIES = re.compile(r"\\(?:sum|prod)(?![A-Za-z])|[∑∏]")
 _PART_MARK = re.compile(
     r"(?:^|(?<=\s)|(?<=\*\*))(?:part\s*)?\(?((?<!\w)(?:[a-h]|[1-9]|i{1,3}|iv|v|vi{1,3}))[).](?=\s|\*\*)",
@@ -251,7 +270,9 @@ def _judge(gold: Value, extracted: Extracted, options: MathOptions, details: dic
         details["rule"] = "unparseable"
         return graded(False, details, "unparseable")
     details["answer_normalized"] = clip(answer.normalized())
-    if _SERIES.search(" ".join(candidates)) and not _SERIES.search(gold.raw):
+    if any(_SERIES.search(_last_side(candidate)) for candidate in candidates) and not _SERIES.search(
+        gold.raw
+    ):
         # \\sum_{k=1}^{n} k restates the question "find the sum": only a gold that is itself a series takes one
         details["rule"] = "unevaluated_series"
         return graded(False, details, "wrong_answer")
