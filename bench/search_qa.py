@@ -15,7 +15,11 @@ the server, `--no-write` to print only). In one process, one core, it measures:
   a session is closed and a new one opened every 18 steps (the default limit is 20 turns);
 - the memory one open search session holds: the resident set grown by opening 2,000 sessions, per session;
 - `POST /compat/search_r1/retrieve` over real HTTP (a server started by `bench/common.py`): one query per
-  request, sequentially, and batches of 64 queries, as queries per second and p50/p99 per request.
+  request, sequentially, and batches of 64 queries, as queries per second and p50/p99 per request;
+- what policies earn on 200 test tasks per level: the gold transcript (each link searched by name and
+  opened: the questions are answerable with the tools), a shallow policy that searches the whole question
+  once, opens every result and answers the first name of the asked kind (or year) it read, and one answer
+  (the most common gold) for every question.
 
 The section is printed and appended to bench/RESULTS.md unless `--no-write`.
 """
@@ -30,6 +34,7 @@ import json
 import os
 import platform
 import random
+import re
 import statistics
 import sys
 import time
@@ -41,8 +46,9 @@ import httpx
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import append_results, free_port, git_commit, start_server  # noqa: E402
 
+import proctor  # noqa: E402
 from proctor.environments.tools.search_qa.corpus import build_corpus  # noqa: E402
-from proctor.environments.tools.search_qa.environment import SEARCH_QA  # noqa: E402
+from proctor.environments.tools.search_qa.environment import SEARCH_QA, gold_transcript, search_text  # noqa: E402
 from proctor.environments.tools.search_qa.index import SearchIndex  # noqa: E402
 
 
@@ -147,8 +153,6 @@ def search_message(query: str) -> dict[str, str]:
 
 def session_rates(seconds: float, mix: list[str]) -> tuple[dict[str, float], float]:
     """In-process session steps that call search; and the resident memory of one open session (KiB)."""
-    import proctor
-
     holder: dict[str, object] = {}
 
     def step(i: int) -> None:
@@ -218,6 +222,56 @@ def http_rates(seconds: float, mix: list[str]) -> list[dict[str, float]]:
         server.wait(timeout=30)
 
 
+def shallow_answer(task, source) -> str:  # noqa: ANN001
+    """Search the whole question, open every result, answer the first name of the asked kind (or year) read."""
+    seen, _ = search_text(0, task.reference["question"])
+    seen += "\n".join(source.doc_by_id[doc_id].text for doc_id in re.findall(r"\[(d\d{5})\]", seen))
+    if task.metadata["answer_kind"] == "year":
+        years = re.findall(r"\b1[6-9]\d\d\b|\b20\d\d\b", seen)
+        return years[0] if years else "1900"
+    question = task.reference["question"]
+    for entity in source.entities:
+        if (
+            entity.kind == task.metadata["answer_kind"]
+            and entity.name in seen
+            and entity.name not in question
+        ):
+            return entity.name
+    return ""
+
+
+def policy_rewards() -> list[tuple[str, float, float, float]]:
+    """(level, gold, shallow, constant) mean rewards over 200 test tasks per level."""
+    source = build_corpus(0)
+    searched = [
+        {
+            "role": "assistant",
+            "content": '<tool_call>{"name": "search", "arguments": {"query": "q"}}</tool_call>',
+        },
+        {"role": "tool", "name": "search", "content": "[d00001] ..."},
+    ]
+    rows = []
+    for level in ("easy", "medium", "hard"):
+        tasks = SEARCH_QA.make_tasks("test", 0, 200, level)
+        golds = [task.metadata["gold_answer"] for task in tasks]
+        common = max(set(golds), key=lambda gold: (golds.count(gold), gold))
+        totals = [0.0, 0.0, 0.0]
+        for task in tasks:
+            answers = [None, shallow_answer(task, source), common]
+            for slot, answer in enumerate(answers):
+                if answer is None:
+                    transcript = gold_transcript(task)
+                else:
+                    transcript = [
+                        *task.prompt,
+                        *searched,
+                        {"role": "assistant", "content": f"<answer>{answer}</answer>"},
+                    ]
+                totals[slot] += proctor.score("tool.search_qa", transcript, task.reference).reward
+        rows.append((level, *(total / len(tasks) for total in totals)))
+    return rows
+
+
 def report(seconds: float, with_http: bool) -> str:
     mix = queries()
     corpus_s, index_s, python_mb, rss_growth = builds()
@@ -247,6 +301,15 @@ def report(seconds: float, with_http: bool) -> str:
         lines.append(
             f"| {row['label']} | {row['calls']:,} | {row['rate']:,.0f} | {row['p50']:.2f} | {row['p99']:.2f} |"
         )
+    lines += [
+        "",
+        "Mean reward on 200 test tasks per level (hops 2/3/4):",
+        "",
+        "| level | gold transcript (tools only) | one search of the question, every result opened | the most common gold for every question |",
+        "|---|---:|---:|---:|",
+    ]
+    for level, gold, shallow, constant in policy_rewards():
+        lines.append(f"| {level} | {gold:.3f} | {shallow:.3f} | {constant:.3f} |")
     return "\n".join(lines) + "\n"
 
 
