@@ -285,6 +285,8 @@ SEARCH_R1_DEFAULT_TOPK = 3
 SEARCH_R1_MAX_QUERIES = 1_024
 SEARCH_R1_MAX_QUERY_CHARS = 10_000
 SEARCH_R1_MAX_TOPK = 100
+SEARCH_R1_MAX_PASSAGES = 20_000
+"""At most this many passages per request (queries × topk): about 12 MB of JSON."""
 
 
 class SearchR1Request(BaseModel):
@@ -329,10 +331,20 @@ def _retrieve(queries: list[str], k: int, with_scores: bool) -> list[list[Any]]:
     "/search_r1/retrieve",
     responses=error_responses(401, 413, 422, 429),
     summary="Search-R1 retriever over the bundled corpus",
+    openapi_extra=server_validated(
+        queries=f"At most {SEARCH_R1_MAX_PASSAGES:,} passages per request: len(queries) × topk (3 when 0)."
+    ),
 )
 async def search_r1_retrieve(body: SearchR1Request, state: ServiceState = Depends(get_state)) -> Response:
     """BM25 over the tool.search_qa corpus in Search-R1's retriever shape: {"result": [[passage, ...], ...]}."""
     k = body.topk or SEARCH_R1_DEFAULT_TOPK
+    if len(body.queries) * k > SEARCH_R1_MAX_PASSAGES:
+        raise RequestError(
+            422,
+            f"{len(body.queries)} queries × topk {k} is more than {SEARCH_R1_MAX_PASSAGES:,} passages; "
+            "split the batch",
+            "queries",
+        )
     async with state.admission.slot():
         result = await asyncio.to_thread(_retrieve, body.queries, k, body.return_scores)
     return json_response({"result": result})

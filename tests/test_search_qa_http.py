@@ -66,6 +66,7 @@ def test_retrieve_rejects_bad_requests_naming_the_field(live_server: str) -> Non
         ({"queries": "x"}, "queries"),
         ({"queries": ["x" * 10_001]}, "queries"),
         ({"topk": 3}, "queries"),
+        ({"queries": ["x"] * 201, "topk": 100}, "queries"),  # 20,100 passages: more than one request may ask
     ):
         response = retrieve(live_server, body)
         assert response.status_code == 422, (body, response.text)
