@@ -99,6 +99,8 @@ def test_forms_from_public_golds(response: str, gold: str, expected: int) -> Non
         # Math-Verify's own test cases that issue 17's work made agree
         ("\\boxed{1,2}", "\\boxed{1} papers and \\boxed{2} bins", 1, "anchored"),  # a gold of boxed parts
         ("\\boxed{2}", "\\boxed{1} papers and \\boxed{2} bins", 0, "anchored"),
+        ("\\boxed{1,2}", "\\boxed{1} no no no no no \\boxed{2}", 0, "anchored"),  # boxes not joined as parts
+        ("\\boxed{2}", "\\boxed{1} no no no no no \\boxed{2}", 1, "anchored"),
         (
             "there is $d = \\frac{90}{n}$ for each. So there are 12 sequences.",
             "12",

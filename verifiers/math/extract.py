@@ -64,6 +64,7 @@ LENIENT_WINDOW = 65_536
 _CONNECTOR_GAP = 80
 _GOLD_GLUE = 60
 _SENTENCE_STOP = re.compile(r"[.;:!?](?:\s|$)")
+_PARTS_JOINED = re.compile(r"\band\b|,|\\text\s*\{\s*and\s*\}", re.IGNORECASE)
 """Most characters of words between the boxes of a gold that is several boxes (see _gold_boxes)."""
 """Most characters of connector text ("} \\text{ or } \\boxed{") between two co-committed boxes."""
 
@@ -408,6 +409,7 @@ def _gold_boxes(text: str) -> str:
         and all(boxes)
         and glue <= _GOLD_GLUE
         and not _SENTENCE_STOP.search(_BOX_MARKER.sub("", text))
+        and _PARTS_JOINED.search(_BOX_MARKER.sub("", text))  # "papers and ... bins", not "no no no"
     ):
         return ", ".join(
             boxes
