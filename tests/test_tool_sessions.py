@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import time
 from typing import Any, ClassVar
 
 import pytest
@@ -419,7 +420,9 @@ def test_sessions_expire_with_410_and_are_swept(engine: Engine):
 
     async def episode() -> None:
         counters = SessionCounters()
-        sessions = manager_with(engine, observer=counters, clock=lambda: now[0], retention_s=60)
+        sessions = manager_with(
+            engine, observer=counters, clock=lambda: now[0], retention_s=60, sweep_interval_s=3600
+        )
         sid = (await sessions.create({"environment": "tool.math_python", "task": USER_TASK}))["session_id"]
         swept = (await sessions.create({"environment": "tool.math_python", "task": USER_TASK}))["session_id"]
         ttl = ENVIRONMENT.limits().ttl_s
@@ -623,6 +626,10 @@ def test_persistent_interpreter_keeps_state_restarts_after_a_timeout_and_leaves_
     assert "fresh interpreter" in lost and "NameError" in lost
     assert final["end_reason"] == "answer" and final["score"]["reward"] == 1.0
     assert math_python.open_interpreters() == 0
+    for _ in range(50):  # killed with the jail; /proc may take a moment to forget it
+        if not _sleepers(tag):
+            break
+        time.sleep(0.05)
     assert not _sleepers(tag), "a process the model started survived its session"
     record = final["record"]
     replay = engine.score(
@@ -642,7 +649,7 @@ def test_persistent_sessions_are_killed_on_expiry_and_bounded(engine: Engine, mo
     tag = "876.54321"
 
     async def episode() -> None:
-        sessions = manager_with(engine, clock=lambda: now[0])
+        sessions = manager_with(engine, clock=lambda: now[0], sweep_interval_s=3600)
         sid = (await sessions.create({"environment": "tool.math_python_persistent", "task": USER_TASK}))[
             "session_id"
         ]
@@ -650,6 +657,10 @@ def test_persistent_sessions_are_killed_on_expiry_and_bounded(engine: Engine, mo
             sid, call(f"import subprocess\nsubprocess.Popen(['sleep', '{tag}'])\nprint(1)")
         )
         assert spawned["observations"][0]["content"] == "1"
+        for _ in range(50):  # the sleeper is running once Popen returned; /proc may show it a moment later
+            if _sleepers(tag):
+                break
+            await asyncio.sleep(0.05)
         assert _sleepers(tag) and math_python.open_interpreters() == 1
         now[0] += ENVIRONMENT.limits().ttl_s + 1
         assert await sessions.sweep() == 1
@@ -666,3 +677,22 @@ def test_persistent_sessions_are_killed_on_expiry_and_bounded(engine: Engine, mo
         await sessions.close()
 
     run(episode())
+
+
+def test_an_interpreter_that_cannot_start_is_a_sandbox_error(engine: Engine, monkeypatch):
+    from proctor.environments.tools import math_python
+
+    monkeypatch.setattr(math_python.PERSISTENT, "_backend", FailingBackend())  # no warm slots: no jail
+
+    async def episode() -> dict:
+        sessions = manager_with(engine)
+        sid = (await sessions.create({"environment": "tool.math_python_persistent", "task": USER_TASK}))[
+            "session_id"
+        ]
+        return await sessions.step(sid, call("print(1)"))
+
+    step = run(episode())
+    assert (
+        step["done"] and step["end_reason"] == "sandbox_error" and step["score"]["status"] == "sandbox_error"
+    )
+    assert math_python.open_interpreters() == 0

@@ -583,13 +583,17 @@ class PythonInterpreter:
         self._lock = threading.Lock()
 
     def _run_limits(self) -> RunLimits:
-        return RunLimits(
+        """The jail's limits: the session's, clamped to the operator's sandbox maxima (as every job's are)."""
+        from proctor.sandboxes.job import Maxima
+
+        limits = RunLimits(
             cpu_s=self.limits.call_cpu_s,
             wall_s=self.limits.call_wall_s,
             memory_mb=self.limits.call_memory_mb,
             output_bytes=4 * self.limits.max_observation_chars,
             file_size_mb=16,
         )
+        return Maxima.from_settings().clamp(limits)
 
     def _start(self) -> Any:
         from pathlib import Path
@@ -632,9 +636,10 @@ class PythonInterpreter:
                 self.jail = self._start()
             jail = self.jail
             limits = self.limits
+            clamped = self._run_limits()
             cpu_before = jail.cpu_s()
             oom_before = jail.oom_kills()
-            cap = cpu_before + limits.call_cpu_s if cpu_before is not None else None
+            cap = cpu_before + clamped.cpu_s if cpu_before is not None else None
             started = time.monotonic()
             max_bytes = 4 * limits.max_observation_chars
             failure: str | None = None
@@ -642,7 +647,7 @@ class PythonInterpreter:
             jail.begin_wait()
             try:
                 jail.send({"op": "run", "code": code, "max_bytes": max_bytes})
-                reply = jail.receive(started, limits.call_wall_s, 4 * max_bytes + 65536, cap)
+                reply = jail.receive(started, clamped.wall_backstop_s, 4 * max_bytes + 65536, cap)
                 if not isinstance(reply.get("output"), str) or not isinstance(reply.get("error"), bool):
                     failure = "garbled"
             except _Protocol as exc:
