@@ -12,6 +12,11 @@ errors and time-outs) with exponential backoff and jitter, and raise at once on 
 `score_batch` splits a long batch into requests under the server's limits (read once from `/healthz`) and
 returns one `Score` or `ItemError` per item, in order. Scoring is deterministic, so re-sending a request
 after a lost response is safe.
+
+`open_session(environment, task)` opens a tool session on the service (`/v1/sessions`) and returns a handle with
+the in-process API's methods (`.messages`, `.tools`, `.step(message)`, `.finish(message=None)`, `.record()`,
+`.close()`). Retries are safe there too: the session is opened with an idempotency key and every step carries
+its number, so a retried request returns the stored answer instead of running the tools again.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ import os
 import random
 import threading
 import time
+import uuid
 from dataclasses import dataclass
 from typing import Any
 
@@ -188,7 +194,7 @@ def _retry_after(response: httpx.Response) -> float | None:
 def check_response(response: httpx.Response) -> Any:
     """The JSON body of a success; raises ProctorRequestError (final) or ProctorServerError (retryable)."""
     if response.status_code < 400:
-        return response.json()
+        return response.json() if response.content else None  # 204 (DELETE of a session) has no body
     message, field = _error_message(response)
     if retryable(response.status_code):
         raise ProctorServerError(response.status_code, message, _retry_after(response))
@@ -330,6 +336,13 @@ class Client(_Base):
         """Score one response; raises ProctorRequestError for a bad request (unknown verifier, invalid field)."""
         return self.score_request(self._single_request(verifier, response, reference, options, id))
 
+    def open_session(
+        self, environment: str, task: dict[str, Any], *, options: dict[str, Any] | None = None
+    ) -> RemoteSession:
+        """Open a tool session (`POST /v1/sessions`, with an idempotency key so a retry opens no second one)."""
+        body = _session_request(environment, task, options)
+        return RemoteSession(self, self._call("POST", "/v1/sessions", _dumps(body)))
+
     def score_request(self, request: ScoreRequest | dict[str, Any]) -> Score:
         """Score one ScoreRequest (or its dict form)."""
         return Score.model_validate(self._call("POST", "/v1/score", _dumps(_request_dict(request))))
@@ -438,6 +451,13 @@ class AsyncClient(_Base):
         """Score one ScoreRequest (or its dict form)."""
         return Score.model_validate(await self._call("POST", "/v1/score", _dumps(_request_dict(request))))
 
+    async def open_session(
+        self, environment: str, task: dict[str, Any], *, options: dict[str, Any] | None = None
+    ) -> AsyncRemoteSession:
+        """Open a tool session (`POST /v1/sessions`, with an idempotency key so a retry opens no second one)."""
+        body = _session_request(environment, task, options)
+        return AsyncRemoteSession(self, await self._call("POST", "/v1/sessions", _dumps(body)))
+
     async def score_batch(self, items: list[ScoreRequest | dict[str, Any]]) -> list[Score | ItemError]:
         """Score many requests, in order, in as few calls as the server's limits allow."""
         if not items:
@@ -473,3 +493,96 @@ def _fill(chunk: list[tuple[int, bytes]], slots: list[Any], body: Any) -> None:
         raise ProctorError(f"the server answered a batch of {len(chunk)} items with {got} results")
     for (index, _), result in zip(chunk, results, strict=True):
         slots[index] = _parse_result(result)
+
+
+def _session_request(
+    environment: str, task: dict[str, Any], options: dict[str, Any] | None
+) -> dict[str, Any]:
+    return {"environment": environment, "task": task, "options": options or {}, "id": uuid.uuid4().hex}
+
+
+def _message(message: Any) -> Any:
+    return message.model_dump(exclude_none=True) if hasattr(message, "model_dump") else message
+
+
+class _RemoteOpened:
+    def __init__(self, opened: dict[str, Any]):
+        self.session_id: str = opened["session_id"]
+        self.environment: str = opened["environment"]
+        self.messages: list[dict[str, Any]] = opened["messages"]
+        self.tools: list[dict[str, Any]] = opened["tools"]
+        self.limits: dict[str, Any] = opened["limits"]
+        self.expires_at: float = opened["expires_at"]
+        self.steps = 0
+
+    @property
+    def _path(self) -> str:
+        return f"/v1/sessions/{self.session_id}"
+
+
+class RemoteSession(_RemoteOpened):
+    """A session on the service, with the in-process session's methods; steps are numbered for safe retries."""
+
+    def __init__(self, client: Client, opened: dict[str, Any]):
+        super().__init__(opened)
+        self._client = client
+
+    def step(self, message: Any) -> dict[str, Any]:
+        """Take one assistant message; `{step, observations, tool_results, done, end_reason, usage, score?}`."""
+        body = _dumps({"message": _message(message), "step": self.steps + 1})
+        result = self._client._call("POST", f"{self._path}/step", body)
+        self.steps += 1
+        return result
+
+    def finish(self, message: Any = None) -> Score:
+        """End the episode (with an optional final message) and return its Score."""
+        body = _dumps({"message": _message(message)} if message is not None else {})
+        return Score.model_validate(self._client._call("POST", f"{self._path}/finish", body))
+
+    def record(self) -> dict[str, Any]:
+        """The session's record: transcript, action log, usage, end reason and score."""
+        return self._client._call("GET", self._path)
+
+    def close(self) -> None:
+        """Close the session on the service; idempotent."""
+        self._client._call("DELETE", self._path)
+
+    def __enter__(self) -> RemoteSession:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class AsyncRemoteSession(_RemoteOpened):
+    """The async twin of RemoteSession."""
+
+    def __init__(self, client: AsyncClient, opened: dict[str, Any]):
+        super().__init__(opened)
+        self._client = client
+
+    async def step(self, message: Any) -> dict[str, Any]:
+        """Take one assistant message."""
+        body = _dumps({"message": _message(message), "step": self.steps + 1})
+        result = await self._client._call("POST", f"{self._path}/step", body)
+        self.steps += 1
+        return result
+
+    async def finish(self, message: Any = None) -> Score:
+        """End the episode and return its Score."""
+        body = _dumps({"message": _message(message)} if message is not None else {})
+        return Score.model_validate(await self._client._call("POST", f"{self._path}/finish", body))
+
+    async def record(self) -> dict[str, Any]:
+        """The session's record."""
+        return await self._client._call("GET", self._path)
+
+    async def close(self) -> None:
+        """Close the session on the service; idempotent."""
+        await self._client._call("DELETE", self._path)
+
+    async def __aenter__(self) -> AsyncRemoteSession:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()

@@ -242,3 +242,49 @@ def test_steps_take_admission_slots_and_a_full_service_answers_429(start_server)
         f"{base}/v1/sessions/{waiting}/step", json={"message": call("print(1)"), "step": 1}, timeout=30
     )
     assert again.status_code == 200 and again.json()["step"] == 1
+
+
+class LosesOneAnswer(httpx.HTTPTransport):
+    """Sends every request, but loses the answer of the first step (as a dropped connection would)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lost = 0
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        response = super().handle_request(request)
+        if request.url.path.endswith("/step") and not self.lost:
+            response.read()
+            self.lost += 1
+            raise httpx.ReadError("connection dropped", request=request)
+        return response
+
+
+def test_the_http_client_retries_steps_without_running_tools_twice(live_server: str):
+    from proctor.client import AsyncClient, Client
+
+    transport = LosesOneAnswer()
+    with Client(live_server, transport=transport, backoff=0.01) as client:
+        with client.open_session("tool.math_python", TASK) as session:
+            assert session.tools[0]["function"]["name"] == "python"
+            first = session.step(call("import random\nprint(random.random())"))
+            assert transport.lost == 1 and first["step"] == 1
+            record = session.record()
+            assert (
+                len(record["actions"]) == 1
+            )  # the lost answer's step ran once; the retry got its stored result
+            assert record["steps"][0]["observations"] == first["observations"]
+            assert session.step(answer("\\boxed{83810205}"))["score"]["reward"] == 1.0
+            assert session.finish().reward == 1.0
+        assert httpx.get(f"{live_server}/v1/sessions/{session.session_id}", timeout=30).status_code == 404
+
+    async def remote() -> float:
+        async with AsyncClient(live_server) as client:
+            session = await client.open_session("tool.math_python", TASK)
+            async with session:
+                await session.step(call("print(12345 * 6789)"))
+                return (await session.finish(answer("\\boxed{83810205}"))).reward
+
+    import asyncio
+
+    assert asyncio.run(remote()) == 1.0
