@@ -342,7 +342,9 @@ class Terminal(ToolEnvironment):
     version: ClassVar[str] = "0"
 
     def tools(self) -> list[ToolSpec]:
-        return [ToolSpec(name="stop", parameters={"type": "object", "properties": {}})]
+        return [
+            ToolSpec(name=name, parameters={"type": "object", "properties": {}}) for name in ("stop", "boom")
+        ]
 
     def make_tasks(self, split: str, seed: int, count: int, level: str | None = None) -> list[Task]:
         return [Task(prompt=[{"role": "user", "content": "stop"}], reference=1, verifier=self.name)] * count
@@ -351,6 +353,8 @@ class Terminal(ToolEnvironment):
         return {"stopped": False}
 
     async def call(self, state: dict, name: str, arguments: dict[str, Any]) -> ToolResult:
+        if name == "boom":
+            raise RuntimeError("a bug in the environment")
         state["stopped"] = True
         return ToolResult(content="stopped")
 
@@ -386,6 +390,17 @@ def test_env_terminal(engine: Engine):
 
     stopped = run(episode())
     assert stopped["done"] and stopped["end_reason"] == "env_terminal" and stopped["score"]["reward"] == 1.0
+
+    async def buggy() -> dict:
+        sessions = manager_with(engine)
+        sid = (await sessions.create({"environment": "test.tool_terminal", "task": {"seed": 0}}))[
+            "session_id"
+        ]
+        return await sessions.step(sid, {"role": "assistant", "content": "boom()"})
+
+    failed = run(buggy())
+    assert failed["done"] and failed["end_reason"] == "verifier_error"
+    assert failed["score"]["status"] == "verifier_error" and failed["score"]["correct"] is None
 
 
 # -- steps, expiry, ownership, capacity -------------------------------------------------------------------

@@ -561,7 +561,12 @@ class SessionManager:
                 raise SessionConflict(f"step {step} is out of order: the next step is {taken + 1}")
             parsed_message = _assistant_message(message, "message")
             started = time.perf_counter()
-            result = await self._run_step(record, message, parsed_message)
+            backup = record.model_copy(deep=True)
+            try:
+                result = await self._run_step(record, message, parsed_message)
+            except BaseException:  # a failed step leaves the session as it was: retrying step n is safe
+                await self.store.put(backup)
+                raise
             result = {"step": taken + 1, **result}
             record.steps.append(result)
             record.step_messages.append(fingerprint)
@@ -712,27 +717,37 @@ class SessionManager:
     ) -> tuple[dict[str, Any], dict[str, Any]] | None:
         record.usage.tool_calls += 1
         started = time.perf_counter()
+        failure: tuple[Status, str] | None = None
         try:
             outcome = await env.call(self._states.get(record.session_id), spec.name, arguments)
+            if not isinstance(outcome, ToolResult):
+                failure = (
+                    Status.verifier_error,
+                    f"{env.name}.call returned {type(outcome).__name__}, not a ToolResult",
+                )
         except ToolMachineryError as exc:
-            seconds = time.perf_counter() - started
-            self.observer.tool(record.environment, spec.name, exc.status, seconds)
+            failure = (Status(exc.status), str(exc))
+        except Exception as exc:  # an environment's bug is a machinery failure, never the model's verdict
+            log.exception("%s: call raised", env.name)
+            failure = (Status.verifier_error, f"{type(exc).__name__}: {exc}")
+        seconds = time.perf_counter() - started
+        if failure is not None:
+            status, error = failure
+            self.observer.tool(record.environment, spec.name, status.value, seconds)
             record.actions.append(
                 {
                     "step": len(record.steps) + 1,
                     "call_id": call_id,
                     "name": spec.name,
                     "arguments": arguments,
-                    "status": exc.status,
-                    "error": str(exc)[:2000],
+                    "status": status.value,
+                    "error": error[:2000],
                     "elapsed_ms": seconds * 1000,
                 }
             )
-            await self._fail(record, Status(exc.status), exc.status, str(exc))
+            await self._fail(record, status, status.value, error)
             return None
-        seconds = time.perf_counter() - started
-        if not isinstance(outcome, ToolResult):
-            raise TypeError(f"{env.name}.call returned {type(outcome).__name__}, not a ToolResult")
+        assert isinstance(outcome, ToolResult)
         content, clipped = clip_observation(outcome.content, record.limits.max_observation_chars)
         truncated = outcome.truncated or clipped
         record.usage.tool_cpu_s += outcome.cpu_ms / 1000
