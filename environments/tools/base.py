@@ -244,12 +244,11 @@ class ToolEnvironment(ABC):
 # -- helpers every environment shares ---------------------------------------------------------------------
 
 
-def final_answer_text(transcript: list[ChatMessage]) -> str:
-    """The model's own final words: the text of the assistant messages after the last tool observation.
+def final_messages(transcript: list[ChatMessage]) -> list[ChatMessage]:
+    """The assistant messages after the last observation.
 
     A `tool` message is an observation; so is a `user` message after the first assistant turn (an
-    environment's reply). Assistant text is taken verbatim: tags the model wrote (`<tool_response>`,
-    `<information>`) are its own words, never evidence. Empty when the transcript ends on an observation.
+    environment's reply).
     """
     last = -1
     seen_assistant = False
@@ -258,7 +257,15 @@ def final_answer_text(transcript: list[ChatMessage]) -> str:
             seen_assistant = True
         elif message.role == "tool" or (message.role == "user" and seen_assistant):
             last = index
-    parts = [content_text(m.content) for m in transcript[last + 1 :] if m.role == "assistant"]
+    return [m for m in transcript[last + 1 :] if m.role == "assistant"]
+
+
+def final_answer_text(transcript: list[ChatMessage]) -> str:
+    """The model's own final words: the text of the assistant messages after the last tool observation
+    (`final_messages`). Assistant text is taken verbatim: tags the model wrote (`<tool_response>`,
+    `<information>`) are its own words, never evidence. Empty when the transcript ends on an observation.
+    """
+    parts = [content_text(m.content) for m in final_messages(transcript)]
     return "\n".join(part for part in parts if part)
 
 

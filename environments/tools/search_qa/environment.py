@@ -35,6 +35,7 @@ from proctor.environments.tools.base import (
     ToolSpec,
     clip_observation,
     final_answer_text,
+    final_messages,
     register_tool_environment,
 )
 from proctor.environments.tools.search_qa.corpus import CORPUS_VERSION, corpus
@@ -177,18 +178,6 @@ def search_answered(transcript: list[ChatMessage]) -> bool:
             if answers and not content_text(message.content).lstrip().startswith("Error"):
                 return True
     return False
-
-
-def final_messages(transcript: list[ChatMessage]) -> list[ChatMessage]:
-    """The assistant messages after the last observation (the ones `final_answer_text` reads)."""
-    last = -1
-    seen_assistant = False
-    for index, message in enumerate(transcript):
-        if message.role == "assistant":
-            seen_assistant = True
-        elif message.role == "tool" or (message.role == "user" and seen_assistant):
-            last = index
-    return [m for m in transcript[last + 1 :] if m.role == "assistant"]
 
 
 def grade(reference: SearchQAReference, transcript: list[ChatMessage]) -> Verdict:
