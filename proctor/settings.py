@@ -181,7 +181,11 @@ class Settings(BaseSettings):
         description="Compat routes: what a machinery failure returns (raise | none | value). The default, raise, "
         "answers 503 so the trainer retries and then stops loudly, never training on a failure as a reward.",
     )
-    failure_value: float = Field(0.0, description="The reward a failure returns under on_failure=value.")
+    failure_value: float = Field(
+        0.0,
+        allow_inf_nan=False,  # NaN or inf would reach slime and OpenRLHF as a reward JSON cannot carry
+        description="The reward a failure returns under on_failure=value (a finite number).",
+    )
 
     @field_validator("end_tokens")
     @classmethod

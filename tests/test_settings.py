@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+from pydantic import ValidationError
+
 from proctor.settings import Settings
 
 OPERATIONS = Path(__file__).resolve().parents[1] / "docs" / "operations.md"
@@ -22,3 +25,11 @@ def test_settings_read_the_environment(monkeypatch):
     settings = Settings()
     assert (settings.port, settings.pool_workers, settings.on_failure) == (9123, 3, "none")
     assert settings.host == "127.0.0.1"
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "-inf"])
+def test_the_failure_value_is_a_finite_number(monkeypatch, value):
+    """NaN or inf would reach slime and OpenRLHF as a reward that JSON cannot carry (red team, issue 16)."""
+    monkeypatch.setenv("PROCTOR_FAILURE_VALUE", value)
+    with pytest.raises(ValidationError, match="finite"):
+        Settings()
