@@ -78,7 +78,7 @@ from proctor.api.errors import ErrorResponse, error_response
 from proctor.api.rendering import json_response
 from proctor.api.responses import error_responses, server_validated
 from proctor.api.state import SandboxUnavailable, ServiceState, get_state
-from proctor.capacity import PoolFull
+from proctor.capacity import PoolClosed, PoolFull
 from proctor.contract import RequestError
 from proctor.sandboxes import pool as sandbox_pool
 from proctor.sandboxes.job import (
@@ -222,6 +222,11 @@ async def run_code(body: RunCodeRequest, state: ServiceState = Depends(get_state
         state.metrics.observe_rejection("sandbox_wait")
         headers = {"Retry-After": str(state.settings.retry_after_s)}
         return error_response(504, str(exc), None, headers)
+    except PoolClosed as exc:
+        # The service is shutting down and the job never ran: 504 too, so verl's retry reaches the restarted
+        # service or another replica instead of counting a failed test case (a 503 here would be one).
+        headers = {"Retry-After": str(state.settings.retry_after_s)}
+        return error_response(504, f"the service is shutting down; the job never ran: {exc}", None, headers)
     return json_response(to_response(result))
 
 

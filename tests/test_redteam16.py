@@ -337,3 +337,27 @@ def test_a_truncated_inst_query_never_scores_an_earlier_turn_of_the_prompt():
         except PromptMismatch:
             continue
         assert " 48".endswith(got), (cut, got[:60])
+
+
+def test_run_code_while_shutting_down_is_a_504_verl_retries(monkeypatch):
+    """A job refused because the pool closed never ran: 504 with Retry-After (verl retries it), not a 503 that
+    verl counts as a failed test case (issue 16 red team)."""
+    from fastapi.testclient import TestClient
+
+    from proctor.api.app import create_app
+    from proctor.api.state import ServiceState
+    from proctor.capacity import PoolClosed
+
+    class ClosedPool:
+        async def run(self, *args: object, **kwargs: object) -> object:
+            raise PoolClosed("the sandbox pool is closed")
+
+    async def closed_pool(self: ServiceState) -> ClosedPool:
+        return ClosedPool()
+
+    monkeypatch.setattr(ServiceState, "sandbox", closed_pool)
+    with TestClient(create_app()) as client:
+        response = client.post("/run_code", json={"code": "print(1)", "language": "python"})
+    assert response.status_code == 504, response.text
+    assert "shutting down" in response.json()["error"]["message"]
+    assert response.headers["Retry-After"]
