@@ -392,6 +392,15 @@ def test_steps_are_idempotent_bound_and_final(engine: Engine):
         with pytest.raises(RequestError) as other:
             await sessions.step(sid, answer("x"), owner=owner_of("token-b"))
         assert other.value.status == 404
+        await sessions.delete(sid, owner_of("token-b"))  # another caller's delete is a no-op
+        assert (await sessions.get(sid, owner))["session_id"] == sid
+        keyed = await sessions.create(
+            {"environment": "tool.search_qa", "task": {"seed": 0}, "id": "k"}, owner=owner
+        )
+        stolen = await sessions.create(
+            {"environment": "tool.search_qa", "task": {"seed": 0}, "id": "k"}, owner=owner_of("token-b")
+        )
+        assert stolen["session_id"] != keyed["session_id"]  # idempotency keys are per caller
         first = await sessions.step(sid, tool_call("s", "search", {"query": "Veintu"}), 1, owner=owner)
         again = await sessions.step(sid, tool_call("s", "search", {"query": "Veintu"}), 1, owner=owner)
         assert again == first
