@@ -471,3 +471,28 @@ def test_pythonic_parsing_is_linear_up_to_its_cap():
     assert parse_text(large).ok and len(parse_text(large).calls[0].arguments["a"]) > 90_000
     ratio = _best_time(parse_text, large) / max(_best_time(parse_text, small), 1e-3)
     assert ratio < 35, ratio
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "f(2) = 5, so the answer is \\boxed{5}.",
+        "gcd(12, 18) = 6, hence \\boxed{6}",
+        "P(A) = 1/2 so the answer is 0.5",
+    ],
+)
+def test_prose_opening_with_function_notation_is_text_not_a_malformed_call(text: str) -> None:
+    """Red team 18, F1: under auto, only an offered tool's name makes call-shaped text a (malformed) call."""
+    tools = {"python": {"type": "object", "properties": {"code": {"type": "string"}}}}
+    parsed = parse_text(text, "auto", tools)
+    assert parsed.calls == [] and parsed.errors == []
+    assert parse_text(
+        text, "auto", None
+    ).errors  # with no tools to tell them apart, call-shaped text stays strict
+
+
+def test_a_cut_short_call_to_an_offered_tool_is_still_an_error() -> None:
+    tools = {"python": {"type": "object", "properties": {"code": {"type": "string"}}}}
+    parsed = parse_text('python(code="print(1)"', "auto", tools)
+    assert parsed.calls == [] and parsed.errors
+    assert parse_text('python(code="print(1)"', "pythonic", None).errors  # an explicit dialect stays strict

@@ -14,7 +14,9 @@ Four dialects:
 `auto` (the default) reads a message's `tool_calls` when it has any; otherwise its text, where the first
 `<tool_call>` tag decides (a body opening with `<function=` is `qwen_xml`, anything else `hermes`); with no
 `<tool_call>` tag a `<function=` tag means `qwen_xml`; otherwise the text is `pythonic` when the whole of it
-parses as calls; otherwise it holds no call.
+parses as calls; otherwise it holds no call. Under `auto`, text that opens like a call but is not one as a whole
+is an error only when it opens with an offered tool's name (`search(query=` cut short); prose that opens with
+notation such as `f(2) = 5, so ...` or `gcd(12, 18) = 6` is text.
 
 Nothing is repaired and nothing is dropped: a call that cannot be read is an entry in `errors` (a
 `parse_error` for sessions, reward 0 for the verifier), never an abstention. JSON arguments must be an object;
@@ -670,12 +672,23 @@ def parse_text(
         return parse_qwen_xml(text, tools) if FUNCTION_OPEN in text else ParsedCalls()
     if chosen == "pythonic":
         parsed = parse_pythonic(text)
+        if dialect == "auto" and parsed.errors and not parsed.calls and not _offered(text, tools):
+            # `f(2) = 5, so the answer is 5`, `gcd(12, 18) = 6`, `P(A) = 1/2`: prose that opens like a call to a
+            # function nobody offered, and is not a call as a whole, is text, not a malformed call. A malformed
+            # call to an offered tool (`search(query=`) stays an error, never an abstention.
+            return ParsedCalls()
         if parsed.dialect is None and tools and quoted_pythonic_call(text, tools):
             return _failed(
                 ParsedCalls(dialect="pythonic"), "quoted_call", "a call shown as code is not a call"
             )
         return parsed
     return ParsedCalls()  # openai: calls are never read from text
+
+
+def _offered(text: str, tools: Mapping[str, Mapping[str, Any]] | None) -> bool:
+    """Whether the call a text opens with names an offered tool (with no tools given: any name)."""
+    name = leading_call_name(text.strip())
+    return name is not None and (not tools or name in tools)
 
 
 def parse_message(
