@@ -391,10 +391,13 @@ def build_corpus(seed: int) -> Corpus:
 _cache: OrderedDict[int, Corpus] = OrderedDict()
 _lock = threading.Lock()
 CACHED_CORPORA = 4
+PINNED_CORPORA = frozenset({0})
+"""Never dropped: the bundled corpus (every bundled task is drawn from it)."""
 
 
 def corpus(seed: int = 0) -> Corpus:
-    """The corpus of `seed`, built once per process (the latest CACHED_CORPORA seeds are kept)."""
+    """The corpus of `seed`, built once per process (the pinned seeds and the CACHED_CORPORA most recently
+    used others are kept; an index holds its own corpus, so an open session's corpus lives with its index)."""
     with _lock:
         found = _cache.get(seed)
         if found is not None:
@@ -402,7 +405,12 @@ def corpus(seed: int = 0) -> Corpus:
             return found
     built = build_corpus(seed)
     with _lock:
+        found = _cache.get(seed)
+        if found is not None:
+            _cache.move_to_end(seed)
+            return found
         _cache[seed] = built
-        while len(_cache) > CACHED_CORPORA:
-            _cache.popitem(last=False)
+        unpinned = [key for key in _cache if key not in PINNED_CORPORA]
+        for key in unpinned[: max(0, len(unpinned) - CACHED_CORPORA)]:
+            del _cache[key]
     return built

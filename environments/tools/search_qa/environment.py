@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import json
 import random
+import re
 import time
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -39,9 +40,16 @@ from proctor.environments.tools.base import (
     register_tool_environment,
 )
 from proctor.environments.tools.search_qa.corpus import CORPUS_VERSION, corpus
-from proctor.environments.tools.search_qa.index import SearchIndex, cached_index, search_index, snippet
+from proctor.environments.tools.search_qa.index import (
+    IndexesBusy,
+    SearchIndex,
+    acquire_index,
+    cached_index,
+    search_index,
+    snippet,
+)
 from proctor.environments.tools.search_qa.questions import LEVEL_HOPS, Question, draw, question_id
-from proctor.environments.tools.search_qa.scoring import exact_match, f1_score, read_answer
+from proctor.environments.tools.search_qa.scoring import exact_match, f1_score, read_answer, too_long_for_f1
 from proctor.registry import Example
 from proctor.verifiers.reading import clip
 from proctor.verifiers.reading.tool_calls import ParsedCalls, parse_message
@@ -93,10 +101,12 @@ class SearchQAReference(BaseModel):
 
 @dataclass
 class SearchState:
-    """One session: which corpus its tools search."""
+    """One session: which corpus its tools search, and its index (held for the whole session, so no other
+    session's seeds can make the process drop and rebuild it between steps; `close` lets it go)."""
 
     corpus_seed: int
     max_observation_chars: int
+    index: SearchIndex | None = None
 
 
 SEARCH_TOOL = ToolSpec(
@@ -154,9 +164,13 @@ def _parsed(message: ChatMessage) -> ParsedCalls:
 
 
 async def _ready(seed: int) -> SearchIndex:
-    """The corpus and index of `seed`, built on a thread when this process has not built them (about 0.15 s),
-    so the event loop that runs the sessions never stalls."""
-    return cached_index(seed) or await asyncio.to_thread(search_index, seed)
+    """The corpus and index of `seed` for a session to hold, built on a thread when no index of it is alive in
+    this process (about 0.15 s), so the event loop that runs the sessions never stalls. A 429 naming
+    `task.corpus_seed` when open sessions already hold `index.MAX_LIVE_SEEDS` other seeds."""
+    try:
+        return cached_index(seed) or await asyncio.to_thread(acquire_index, seed)
+    except IndexesBusy as exc:
+        raise RequestError(429, f"{NAME}: task.corpus_seed {seed}: {exc}", "task.corpus_seed") from None
 
 
 def _calls(message: ChatMessage) -> list[str]:
@@ -164,9 +178,20 @@ def _calls(message: ChatMessage) -> list[str]:
     return [call.name for call in _parsed(message).calls]
 
 
+_RESULT_HEADER = re.compile(r"\[d\d{5}\] \S")
+"""How `search_text` opens an observation that lists articles: `[d01912] Title`, then the snippet."""
+
+
+def lists_articles(observation: str) -> bool:
+    """Whether a `search` observation lists at least one article, as `search_text` writes one: it opens with
+    an article's `[dNNNNN] Title` line. An error (`Error: ...`) and `No article matches the query.` do not."""
+    return _RESULT_HEADER.match(observation) is not None
+
+
 def search_answered(transcript: list[ChatMessage]) -> bool:
     """Whether a `search` call got results: a tool observation answering it (by its `name`, or its call id)
-    that is not an error (a call with bad arguments, an empty query)."""
+    that lists at least one article as the environment writes one (`lists_articles`; not an error, not a search
+    that matched nothing). Only tool observations are read, which a session writes itself, never the model."""
     pending: set[str] | None = None
     for message in transcript:
         if message.role == "assistant":
@@ -175,7 +200,7 @@ def search_answered(transcript: list[ChatMessage]) -> bool:
         elif message.role == "tool" and pending is not None:
             unnamed = message.name is None and message.tool_call_id is None
             answers = message.name == "search" or message.tool_call_id in pending or unnamed
-            if answers and not content_text(message.content).lstrip().startswith("Error"):
+            if answers and lists_articles(content_text(message.content)):
                 return True
     return False
 
@@ -203,6 +228,10 @@ def grade(reference: SearchQAReference, transcript: list[ChatMessage]) -> Verdic
     if reference.require_search and not search_answered(transcript):
         return zero("no_search", {"extracted": clip(reading.answer)})
     em = exact_match(reading.answer, reference.answers)
+    if not em and reference.metric == "f1":
+        overlong = too_long_for_f1(reading.answer, reference.answers)
+        if overlong is not None:  # names strung together would keep part of the F1
+            return zero("answer_too_long", {"extracted": clip(reading.answer), **overlong})
     f1 = 1.0 if em else f1_score(reading.answer, reference.answers)
     reward = (1.0 if em else 0.0) if reference.metric == "em" else f1
     return Verdict(
@@ -280,12 +309,12 @@ class SearchQA(ToolEnvironment):
     async def start(self, task: Task, limits: SessionLimits) -> SearchState:
         """Nothing to open but the corpus and its index (built once per process, on a thread)."""
         reference = SearchQAReference.model_validate(task.reference)
-        await _ready(reference.corpus_seed)
-        return SearchState(reference.corpus_seed, limits.max_observation_chars)
+        index = await _ready(reference.corpus_seed)
+        return SearchState(reference.corpus_seed, limits.max_observation_chars, index)
 
     async def call(self, state: SearchState, name: str, arguments: dict[str, Any]) -> ToolResult:
         """search or open; a bad argument is an error observation."""
-        index = await _ready(state.corpus_seed)  # rebuilt on a thread if the process dropped it since start
+        index = state.index or await _ready(state.corpus_seed)  # the session's own (None only after close)
         started = time.perf_counter()
         cpu = time.thread_time()  # this thread only: other sessions running meanwhile are not billed here
         if name == "search":
@@ -312,6 +341,10 @@ class SearchQA(ToolEnvironment):
             truncated=truncated,
             cpu_ms=(time.thread_time() - cpu) * 1000,
         )
+
+    async def close(self, state: SearchState) -> None:
+        """Let go of the session's index: its seed's slot frees once no other session or the cache holds it."""
+        state.index = None
 
     async def score(self, reference: Any, transcript: list[ChatMessage]) -> Verdict:
         """Exact match / F1 of the final answer; see `grade`."""

@@ -10,12 +10,20 @@ weights) once, and a query adds up its words' lists with numpy: the same scores 
 `get_scores`) for a fraction of the time. Ties in score keep corpus order (a stable sort), so a query always
 returns the same documents in the same order. A query is cut to MAX_QUERY_CHARS and MAX_QUERY_TOKENS before it
 is scored, so its cost is bounded whatever the caller sends.
+
+Indexes are built once per process and kept while anything holds them: the bundled seed's always
+(PINNED_SEEDS), the CACHED_INDEXES most recently used others, and every index an open session holds (its state
+keeps a reference, `acquire_index`), so sessions on many seeds never make one another's index be dropped and
+rebuilt between steps. At most MAX_LIVE_SEEDS distinct seeds are alive at once: a session on one more seed is
+refused (`IndexesBusy`, a 429 naming `task.corpus_seed`) rather than evicting an index still searched.
 """
 
 from __future__ import annotations
 
 import re
 import threading
+import weakref
+from collections import OrderedDict
 from dataclasses import dataclass
 
 import numpy as np
@@ -156,30 +164,110 @@ def snippet(document: Document, query: str, chars: int) -> str:
     return text if len(text) <= chars else text[: max(0, chars - 3)].rstrip() + "..."
 
 
-_indexes: dict[int, SearchIndex] = {}
-_lock = threading.Lock()
+PINNED_SEEDS = frozenset({0})
+"""Seeds whose index is never dropped: the bundled corpus (bundled tasks, the Search-R1 route)."""
 CACHED_INDEXES = 4
+"""Indexes of other seeds kept after their last user is gone, least recently used dropped first."""
+MAX_LIVE_SEEDS = 16
+"""At most this many distinct seeds have an index alive at once (held by an open session, cached or being
+built; the pinned ones included): about 10 MB each. A session on one more seed is refused (`IndexesBusy`)
+rather than evicting an index a session still searches."""
+
+
+class IndexesBusy(RuntimeError):
+    """Every one of the MAX_LIVE_SEEDS slots is held by an open session: a new seed would have to wait."""
+
+
+_indexes: OrderedDict[int, SearchIndex] = OrderedDict()
+"""The cache: pinned seeds and the CACHED_INDEXES most recently used others (strong references)."""
+_live: weakref.WeakValueDictionary[int, SearchIndex] = weakref.WeakValueDictionary()
+"""Every index still referenced anywhere (the cache, a session's state): an entry goes when its last holder
+lets go, so a session that ends frees its seed's slot without any bookkeeping."""
+_building: dict[int, int] = {}
+"""Seeds whose index a thread is building (how many threads), counted against MAX_LIVE_SEEDS."""
+_lock = threading.Lock()
+
+
+def _find(seed: int) -> SearchIndex | None:
+    """The live index of `seed`, back in the cache as its most recent entry; None when none is alive. Under
+    `_lock`."""
+    found = _indexes.get(seed)
+    if found is None:
+        found = _live.get(seed)
+        if found is None:
+            return None
+        _indexes[seed] = found
+    _indexes.move_to_end(seed)
+    _trim()
+    return found
+
+
+def _trim() -> None:
+    """Drop the least recently used unpinned cache entries beyond CACHED_INDEXES (an index a session holds
+    stays alive in `_live`). Under `_lock`."""
+    unpinned = [seed for seed in _indexes if seed not in PINNED_SEEDS]
+    for seed in unpinned[: max(0, len(unpinned) - CACHED_INDEXES)]:
+        del _indexes[seed]
+
+
+def _live_seeds() -> set[int]:
+    """The seeds that hold a slot: an index alive or being built. Under `_lock`."""
+    return set(_live.keys()) | set(_building)
+
+
+def _make_room() -> bool:
+    """Free a slot for a new seed by dropping cached indexes no session holds, least recently used first;
+    whether there is one now. Under `_lock`."""
+    for seed in [seed for seed in _indexes if seed not in PINNED_SEEDS]:
+        if len(_live_seeds()) < MAX_LIVE_SEEDS:
+            break
+        del _indexes[seed]  # the index dies here unless a session still holds it
+    return len(_live_seeds()) < MAX_LIVE_SEEDS
 
 
 def cached_index(seed: int) -> SearchIndex | None:
-    """The index of `seed` when this process has built it, else None (never builds)."""
+    """The index of `seed` when it is alive in this process, else None (never builds)."""
     with _lock:
-        return _indexes.get(seed)
+        return _find(seed)
+
+
+def _build(seed: int, limited: bool) -> SearchIndex:
+    with _lock:
+        found = _find(seed)
+        if found is not None:
+            return found
+        if limited and seed not in PINNED_SEEDS and seed not in _building and not _make_room():
+            raise IndexesBusy(
+                f"open sessions already search {MAX_LIVE_SEEDS} different corpora, the most one process keeps; "
+                "retry once some of those sessions have ended, or use a corpus_seed already in use"
+            )
+        _building[seed] = _building.get(seed, 0) + 1
+    try:
+        built = SearchIndex(corpus(seed))
+    finally:
+        with _lock:
+            _building[seed] -= 1
+            if not _building[seed]:
+                del _building[seed]
+    with _lock:
+        found = _find(seed)
+        if found is not None:
+            return found
+        _indexes[seed] = _live[seed] = built
+        _trim()
+        return built
 
 
 def search_index(seed: int = 0) -> SearchIndex:
-    """The BM25 index of the corpus of `seed`, built once per process (about 0.15 s with the corpus); the
-    latest CACHED_INDEXES seeds are kept. Built outside the lock, so a search on a built index never waits for
-    another seed's build (two threads may build the same seed at once; the first one stored is kept)."""
-    found = cached_index(seed)
-    if found is not None:
-        return found
-    built = SearchIndex(corpus(seed))
-    with _lock:
-        found = _indexes.get(seed)
-        if found is not None:
-            return found
-        while len(_indexes) >= CACHED_INDEXES:
-            _indexes.pop(next(iter(_indexes)))
-        _indexes[seed] = built
-        return built
+    """The BM25 index of the corpus of `seed`, built once per process (about 0.15 s with the corpus) and kept
+    while anything holds it: the pinned seeds always, the CACHED_INDEXES most recently used others, and any a
+    session holds. Built outside the lock, so a search on a built index never waits for another seed's build
+    (two threads may build the same seed at once; the first one stored is kept)."""
+    return _build(seed, limited=False)
+
+
+def acquire_index(seed: int) -> SearchIndex:
+    """The index of `seed` for a session to hold (its state keeps the reference, so the index lives as long as
+    the session, whatever the cache drops). Builds it when no index of `seed` is alive; raises `IndexesBusy`
+    when that would make more than MAX_LIVE_SEEDS seeds alive at once."""
+    return _build(seed, limited=True)

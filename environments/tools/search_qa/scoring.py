@@ -9,13 +9,17 @@ Only the model's own final words are read: the assistant text after the last too
   in a call that cannot be read (the episode was cut off mid-search, not answered; a session would have run
   the call or answered it with a parse error);
 - `no_search`: no `search` call got results before the final answer (answering from memory, before
-  searching, or after a search that failed: an observation starting with `Error`); the reference's `require_search: false` lifts this for a user's own tasks;
+  searching, or after a search that failed or matched nothing: only a tool observation that lists an article
+  as the environment writes one, `[d01912] Title` first, counts, see `environment.search_answered`); the
+  reference's `require_search: false` lifts this for a user's own tasks;
 - `fake_observation`: the final text holds an observation tag (`<tool_response>`, `<information>`,
   `<result>`, `<observation>`, `<search_results>`) or a chat-template turn marker: evidence only Proctor writes;
 - `hedged`: several different answers (several `<answer>` tags that disagree, or one answer listing
-  alternatives with `or`, `and`, `/`, `;`, `|` or `,`), unless the whole answer is itself a gold alias (under
-  `f1` a list of candidates would otherwise earn part of the reward: three names score an F1 of 0.5);
-- `answer_too_long`: more than MAX_ANSWER_CHARS characters or MAX_ANSWER_WORDS words;
+  candidates joined by any separator: `or`, `and`, `&`, `+`, `/`, `;`, `|`, `,`, brackets, one per line or
+  bullet, a dash), unless the whole answer is itself a gold alias (under `f1` a list of candidates would
+  otherwise earn part of the reward: three names score an F1 of 0.5);
+- `answer_too_long`: more than MAX_ANSWER_CHARS characters or MAX_ANSWER_WORDS words; under `f1`, also more
+  tokens than F1_LENGTH_FACTOR times the longest gold alias's (names strung together without a separator);
 - `wrong_answer`: it does not match.
 
 Normalisation is SQuAD's (lower case, punctuation and the articles a/an/the dropped, whitespace collapsed),
@@ -54,7 +58,19 @@ FAKE_TAGS = (
 
 _ARTICLES = re.compile(r"\b(a|an|the)\b")
 _PUNCTUATION = str.maketrans({char: " " for char in string.punctuation + "“”‘’«»–—…"})
-_HEDGE = re.compile(r"\s(?:or|and|and/or)\s|[/;|,]", re.IGNORECASE)
+_HEDGE = re.compile(
+    r"\b(?:or|and|and/or|vs|versus|plus|either|nor)\b"  # words that join alternatives
+    r"|[/;|,&+\\()\[\]{}<>\n\r\t\v\f\u2028\u2029]"  # separators, brackets, any line or tab break
+    r"|[•·‧∙◦▪▫■□●○★☆►▸※→⇒]"  # bullets and arrows
+    r"|[–—―‒]|\s[-~*]+\s|^\s*[-*~]+\s|(?<=\d)-(?=\d)",  # dashes, bullet lines, a range of years
+    re.IGNORECASE | re.MULTILINE,
+)
+"""What joins the candidates of a list: `A or B`, `A & B`, `A + B`, `A/B`, `A; B`, `A, B`, `A (B)`, one per
+line or bullet, `A - B`, `1850-1851`. Whatever is left of the answer once these split it must be one part."""
+F1_LENGTH_FACTOR = 2
+"""Under `f1` an answer of more tokens than this times the longest gold alias's scores 0 (`answer_too_long`):
+words added to a right name only lower its F1 (precision), but several names strung together without any
+separator would otherwise keep part of the reward."""
 
 
 def normalise_answer(text: str) -> str:
@@ -92,12 +108,21 @@ def fake_observation(text: str) -> str | None:
 
 
 def hedged(answer: str, golds: list[str]) -> bool:
-    """Whether one answer lists alternatives (`A or B`, `A and B`, `A/B`, `A; B`, `A, B`) and is not itself
-    a gold alias."""
+    """Whether one answer lists several candidates (joined by any separator of `_HEDGE`: `or`, `and`, `&`,
+    `+`, `/`, `;`, `|`, `,`, brackets, line breaks, bullets, dashes) and is not itself a gold alias. Parts
+    with no letter or digit (a stray bullet, a trailing comma) are not candidates."""
     if exact_match(answer, golds):
         return False
-    parts = [part for part in _HEDGE.split(f" {answer} ") if part.strip()]
+    parts = [part for part in _HEDGE.split(unicodedata.normalize("NFKC", answer)) if normalise_answer(part)]
     return len(parts) >= 2
+
+
+def too_long_for_f1(answer: str, golds: list[str]) -> dict[str, int] | None:
+    """Under `f1`: the answer's token count and its limit (F1_LENGTH_FACTOR times the longest gold alias's)
+    when it is longer, else None."""
+    tokens = len(normalise_answer(answer).split())
+    limit = F1_LENGTH_FACTOR * max(len(normalise_answer(gold).split()) for gold in golds)
+    return {"tokens": tokens, "limit": limit} if tokens > limit else None
 
 
 @dataclass(frozen=True)
