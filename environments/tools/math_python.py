@@ -23,7 +23,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import math
+import os
 import random
+import signal
 import threading
 import time
 from collections.abc import Callable
@@ -551,6 +553,10 @@ MAX_INTERPRETERS = 256
 past it, opening one is a 429."""
 REPL_FILE = "repl.py"
 START_WALL_S = 15.0
+PAUSE_DEADLINE_S = 2.0
+"""How long pausing the jail's processes after a call may take; past it the interpreter is stopped instead."""
+STOPPED_STATES = frozenset("TtZXx")
+"""Thread states (/proc/<tid>/stat) that run nothing: stopped, traced, zombie, dead."""
 
 PERSISTENT_TOOL = ToolSpec(
     name="python",
@@ -565,6 +571,81 @@ _interpreters = 0
 _interpreters_lock = threading.Lock()
 
 
+def _descendants(root: int) -> list[int]:
+    """`root` and every process descended from it (from /proc: for a backend without cgroups)."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as handle:
+                    ppid = int(handle.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, ValueError, IndexError):
+                continue
+            children.setdefault(ppid, []).append(int(entry))
+    found: dict[int, None] = {}
+    todo = [root]
+    while todo:
+        pid = todo.pop()
+        if pid not in found:
+            found[pid] = None
+            todo.extend(children.get(pid, ()))
+    return list(found)
+
+
+def jail_processes(jail: Any) -> list[int]:
+    """Host pids of the interpreter and of every process the model's code started in its jail (never nsjail's
+    own process, which holds the jail and runs none of the model's code)."""
+    slot = jail.slot
+    outer = slot.proc.pid if slot.target is not None else None
+    pids = jail.group.pids() if jail.group is not None else _descendants(slot.waiting_pid)
+    return [pid for pid in pids if pid != outer]
+
+
+def _running(pid: int) -> bool:
+    """Whether a thread of process `pid` may still run (a gone process runs nothing)."""
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return False
+    for tid in tids:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/stat") as handle:
+                state = handle.read().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            continue
+        if state not in STOPPED_STATES:
+            return True
+    return False
+
+
+def pause(jail: Any, deadline_s: float = PAUSE_DEADLINE_S) -> bool:
+    """SIGSTOP every process of the model's in the jail (the interpreter, its threads, its children) and wait
+    until none of their threads runs; False if that did not happen within `deadline_s` (processes that keep
+    waking each other, or a thread that cannot stop). SIGSTOP cannot be caught, blocked or ignored, and a
+    stopped process can neither fork nor wake another, so the loop ends once every process is stopped at
+    once."""
+    end = time.monotonic() + deadline_s
+    delay = 0.00005
+    while True:
+        pids = jail_processes(jail)
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGSTOP)
+        if not any(_running(pid) for pid in pids) and set(jail_processes(jail)) <= set(pids):
+            return True
+        if time.monotonic() > end:
+            return False
+        time.sleep(delay)  # a stop takes effect once each thread is scheduled: usually within microseconds
+        delay = min(2 * delay, 0.002)
+
+
+def resume(jail: Any) -> None:
+    """SIGCONT every process of the model's in the jail (undoes `pause`)."""
+    for pid in jail_processes(jail):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signal.SIGCONT)
+
+
 class PythonInterpreter:
     """One session's interpreter: `python_repl.py` in a jail taken from the backend's warm slots (the same jail,
     cgroup and rlimits a `code` verifier job gets), started on the first call, killed on `close`.
@@ -573,6 +654,13 @@ class PythonInterpreter:
     (ToolMachineryError); once code ran, anything that goes wrong with the interpreter (it dies, runs out of
     CPU, memory or wall time, garbles its reply) is the program's doing: an observation, and the next call gets
     a fresh interpreter. CPU time and memory are measured and enforced from outside (the jail's cgroup).
+
+    Nothing runs between calls: once a call's reply is in, every process of the jail but nsjail (the
+    interpreter with all its threads, and every process the code started) is stopped with SIGSTOP, and
+    continued when the next call begins. A thread or child process the code leaves behind therefore runs only
+    during later calls, on their CPU limit (the whole jail's CPU counts, not the interpreter's alone), and every
+    CPU second the jail used since the last call's bill is billed to the call (`cpu_ms`, the session's
+    `tool_cpu_s`). A jail that cannot be paused is stopped like one that ran out of time.
     """
 
     def __init__(self, backend: Backend, limits: SessionLimits):
@@ -580,6 +668,7 @@ class PythonInterpreter:
         self.limits = limits
         self.jail: Any = None
         self.starts = 0
+        self.billed: float | None = None  # the jail's CPU seconds when its last call was billed
         self._lock = threading.Lock()
 
     def _run_limits(self) -> RunLimits:
@@ -634,10 +723,14 @@ class PythonInterpreter:
             restarted = self.jail is None and self.starts > 0
             if self.jail is None:
                 self.jail = self._start()
+                self.billed = self.jail.cpu_s()  # starting the interpreter is not the code's doing
+            else:
+                resume(self.jail)
             jail = self.jail
             limits = self.limits
             clamped = self._run_limits()
-            cpu_before = jail.cpu_s()
+            # Billed from the last bill, so nothing the jail did since (there should be nothing) goes unbilled.
+            cpu_before = self.billed if self.billed is not None else jail.cpu_s()
             oom_before = jail.oom_kills()
             cap = cpu_before + clamped.cpu_s if cpu_before is not None else None
             started = time.monotonic()
@@ -653,7 +746,10 @@ class PythonInterpreter:
             except _Protocol as exc:
                 failure = str(exc)
             elapsed_ms = round((time.monotonic() - started) * 1000, 3)
+            if failure is None and not pause(jail):  # a failed call's jail is killed below
+                failure = "pause"
             cpu_after = jail.cpu_s()
+            self.billed = cpu_after
             cpu_ms = round(max(0.0, (cpu_after or 0.0) - (cpu_before or 0.0)) * 1000, 3)
             note = (
                 "[a fresh interpreter: the previous one was lost, with its variables]\n" if restarted else ""
@@ -676,6 +772,12 @@ class PythonInterpreter:
                 status = "timeout"
             elif oom:
                 content = f"Error: the code ran out of memory ({limits.call_memory_mb} MB). {lost}"
+                status = "error"
+            elif failure == "pause":
+                content = (
+                    "Error: the code left threads or processes running that could not be paused after the call "
+                    f"(nothing may run between calls). {lost}"
+                )
                 status = "error"
             else:
                 content = f"Error: the interpreter ended ({failure}). {lost}"
