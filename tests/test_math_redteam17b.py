@@ -8,9 +8,6 @@ that held. Round 1 (tests/test_math_redteam17.py) is not repeated here.
 
 from __future__ import annotations
 
-import contextlib
-import time
-
 import pytest
 from pydantic import ValidationError
 
@@ -40,18 +37,16 @@ SLOW_SERIES = [
 
 
 @pytest.mark.parametrize("response", SLOW_SERIES)
-def test_nested_and_huge_series_are_fast(response: str) -> None:
-    start = time.perf_counter()
+def test_nested_and_huge_series_trip_a_cost_guard(response: str) -> None:
+    """The guards bound the work before it is done (a written-out size, a number's digits), so these are a
+    fast too_complex; the seconds they took before the fix are in the red team's report, not asserted."""
     verdict = score_math(f"\\boxed{{{response}}}", MathReference(answer="1"), MathOptions())
-    assert verdict.reward == 0.0
-    assert time.perf_counter() - start < 0.5
+    assert verdict.reward == 0.0 and str(verdict.details["rule"]).startswith("guard:")
 
 
-def test_nested_series_gold_is_fast_or_refused() -> None:
-    start = time.perf_counter()
-    with contextlib.suppress(ValidationError):
+def test_nested_series_gold_is_refused_by_a_cost_guard() -> None:
+    with pytest.raises(ValidationError, match="cost guards"):
         MathReference(answer="\\sum_{k=1}^{250}\\sum_{j=1}^{250} j k")
-    assert time.perf_counter() - start < 0.5
 
 
 # -- B2 (false positive, low: the policy cannot see the points): a wrong closed form that agrees with the
@@ -232,9 +227,7 @@ def test_approx_decimal_repair_attacks_held(response: str, gold: str, expected: 
     assert reward(response, gold) == expected
 
 
-def test_matrix_power_of_ten_by_ten_is_fast() -> None:
+def test_matrix_power_of_ten_by_ten_is_refused() -> None:
     big = _m(*[tuple((i * 10 + j) % 97 + 1 for j in range(10)) for i in range(10)])
-    start = time.perf_counter()
     assert reward(big + "^{1000}", "1") == 0.0
     assert reward("\\sum_{k=1}^{1000} " + big + "^{k}", "1") == 0.0
-    assert time.perf_counter() - start < 1.0
