@@ -10,7 +10,8 @@
 | `POST /v1/sessions/step/batch` | `{results: [...]}`, one per item in order; a bad item is `{session_id, error}` |
 
 Errors: 404 unknown environment or session (another caller's session is unknown to you), 410 expired, 409 a
-step out of order or after the end (then with the final `score`), 422 naming the field, 429 with Retry-After
+step out of order or after the end (then with the final `score`) or an idempotency key reused with another
+create request, 413 a message or task past the session size limits, 422 naming the field, 429 with Retry-After
 when the service holds as many sessions as it may or its admission queue is full. Sessions are bound to a hash
 of the caller's bearer token when auth is on. Steps take an admission slot like scoring requests do.
 """
@@ -175,7 +176,10 @@ class StepResult(BaseModel):
 class BatchSteps(BaseModel):
     """Several steps, each `{session_id, message, step?}`; validated one by one."""
 
-    items: list[dict[str, Any]] = Field(description="Steps; each is validated on its own.")
+    items: list[Any] = Field(
+        description="Steps, each `{session_id, message, step?}`; each is validated on its own, and a bad one "
+        "(even one that is not an object) is an error in its own slot."
+    )
 
 
 _ERRORS = error_responses(400, 401, 413, 422, 429)
@@ -196,11 +200,16 @@ _STEP_ERRORS = {**_ERRORS, **_NOT_FOUND, **_GONE, **_CONFLICT}
 _MESSAGE = "An assistant message in OpenAI's chat format, validated as a chat message."
 
 
+_KEY_CONFLICT = {
+    409: {"model": ErrorResponse, "description": "The idempotency key was used with another request."}
+}
+
+
 @router.post(
     "/sessions",
     status_code=201,
     response_model=OpenedSession,
-    responses={**_ERRORS, **_NOT_FOUND},
+    responses={**_ERRORS, **_NOT_FOUND, **_KEY_CONFLICT},
     summary="Open a tool session",
     openapi_extra=server_validated(
         task="Validated against the environment: a bundled task's seed, split and level, or your reference.",

@@ -14,11 +14,20 @@ Guarantees:
   when the message differs); n + 1 runs; any other number is 409. A step after the episode ended is 409 and
   carries the final score.
 - Limits come from the environment (`SessionLimits`), lowered by the session's options, never from a tool
-  call's arguments. A tool call that cannot be read, names an unknown tool or has arguments that do not fit
-  its schema is an `error` observation counting toward `max_tool_errors`; it never ends the episode silently.
+  call's arguments. The service bounds sizes too: one assistant message is at most `max_message_bytes` of
+  JSON (413 naming `message`), and a session's transcript at most `max_transcript_bytes` (a step whose message
+  would pass it is a 413 naming `message` and runs nothing; the session stays open, so `finish` still scores
+  it); a task larger than the transcript budget is a 413 naming `task`. A tool call that cannot be read,
+  names an unknown tool or has arguments that do not fit its schema is an `error` observation counting toward
+  `max_tool_errors`; it never ends the episode silently.
 - A session unused for its time-to-live (or past its deadline) expires: its environment state is closed and
   the record stays as a tombstone answering 410 for `retention_s`. A finished session's record stays for
-  `retention_s` too (GET returns it with its transcript), then 404.
+  `retention_s` too (GET returns it with its transcript), then 404. A tombstone keeps no transcript, and the
+  store keeps finished records within a count and a byte budget (the oldest are dropped first).
+- An idempotency key (`id`) names one create request: the same request again returns the same session, a
+  different request with the same key is a 409 naming `id`.
+- Per-session locks live only while a request for that session is running or waiting: an unknown id, a
+  deleted or an expired session leaves nothing behind.
 - The store (`SessionStore`) holds plain records; environment state (an interpreter) stays in this process.
 """
 
@@ -27,21 +36,24 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
+import json
 import logging
 import secrets
 import time
 from collections import OrderedDict
-from collections.abc import Callable
-from typing import Any, Protocol
+from collections.abc import AsyncIterator, Callable
+from typing import Annotated, Any, Protocol
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
 
 from proctor.capacity import PoolFull
 from proctor.contract import (
     ChatMessage,
+    JsonInt,
     RequestError,
     Score,
     Status,
+    _not_a_bool,  # pyright: ignore[reportPrivateUsage]
     check_nesting,
     content_text,
     request_error_from,
@@ -68,9 +80,20 @@ SESSION_ID_BYTES = 24
 SESSION_PREFIX = "ses_"
 MAX_BATCH_STEPS = 256
 """Steps in one `POST /v1/sessions/step/batch` request."""
+MAX_MESSAGE_BYTES = 1_000_000
+"""Default size of one assistant message (as compact JSON, UTF-8); larger is a 413 naming `message`."""
+MAX_TRANSCRIPT_BYTES = 4_000_000
+"""Default size of one session's transcript (prompt, assistant messages and observations, as compact JSON)."""
+MAX_CLOSED_BYTES = 512_000_000
+"""Default transcript bytes the in-memory store keeps for finished sessions; the oldest are dropped first."""
 
 
 # -- request and record models ------------------------------------------------------------------------------
+
+# Bounded JsonInts that may be null: the bounds sit inside the bool check, or the OpenAPI schema would carry
+# pydantic's `ge`/`le` keys instead of JSON Schema's `minimum`/`maximum` for them.
+_TurnCap = Annotated[Annotated[int, Field(ge=1, le=256)], BeforeValidator(_not_a_bool)]
+_StepNumber = Annotated[Annotated[int, Field(ge=1, le=100_000)], BeforeValidator(_not_a_bool)]
 
 
 class SessionOptions(BaseModel):
@@ -78,8 +101,8 @@ class SessionOptions(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    max_turns: int | None = Field(
-        default=None, ge=1, le=256, description="Assistant messages per session (at most the environment's)."
+    max_turns: _TurnCap | None = Field(
+        default=None, description="Assistant messages per session (at most the environment's)."
     )
     deadline_s: float | None = Field(
         default=None,
@@ -95,8 +118,8 @@ class GeneratedTaskRef(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    seed: int = Field(ge=0, le=MAX_JSON_SEED)
-    index: int = Field(default=0, ge=0, le=9_999)
+    seed: JsonInt = Field(ge=0, le=MAX_JSON_SEED)
+    index: JsonInt = Field(default=0, ge=0, le=9_999)
     split: str = "train"
     level: str | None = None
 
@@ -116,7 +139,8 @@ class CreateSession(BaseModel):
         default=None,
         min_length=1,
         max_length=256,
-        description="Idempotency key: creating again with the same id returns the same session.",
+        description="Idempotency key: creating again with the same id and the same request returns the same "
+        "session; the same id with a different request is a 409.",
     )
 
 
@@ -126,7 +150,7 @@ class StepRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     message: dict[str, Any] = Field(description="The assistant message, in OpenAI's chat format.")
-    step: int | None = Field(default=None, ge=1, le=100_000, description="1 for the first step, then n + 1.")
+    step: _StepNumber | None = Field(default=None, description="1 for the first step, then n + 1.")
 
 
 class FinishRequest(BaseModel):
@@ -164,6 +188,8 @@ class SessionRecord(BaseModel):
     version: str
     owner: str | None = None
     client_id: str | None = None
+    request_fingerprint: str | None = None
+    size_bytes: int = 0
     task: Task
     tools: list[dict[str, Any]]
     limits: SessionLimits
@@ -188,8 +214,11 @@ class SessionRecord(BaseModel):
         return self.end_reason == "expired"
 
     def public(self) -> dict[str, Any]:
-        """The record without the owner's hash and the internal message fingerprints."""
-        return self.model_dump(mode="json", exclude={"owner", "client_id", "step_messages"})
+        """The record without the owner's hash and the internal fingerprints and accounting."""
+        return self.model_dump(
+            mode="json",
+            exclude={"owner", "client_id", "request_fingerprint", "size_bytes", "step_messages"},
+        )
 
 
 # -- the store -------------------------------------------------------------------------------------------
@@ -232,14 +261,20 @@ class SessionStore(Protocol):
 
 
 class MemorySessionStore:
-    """Records in one process: at most `max_open` open sessions and `max_closed` finished or expired ones (the
-    oldest closed records are dropped first)."""
+    """Records in one process: at most `max_open` open sessions, and at most `max_closed` finished or expired
+    ones holding at most `max_closed_bytes` of transcript together (the oldest closed records are dropped
+    first)."""
 
-    def __init__(self, max_open: int = 10_000, max_closed: int = 20_000):
+    def __init__(
+        self, max_open: int = 10_000, max_closed: int = 20_000, max_closed_bytes: int = MAX_CLOSED_BYTES
+    ):
         self.max_open = max_open
         self.max_closed = max_closed
+        self.max_closed_bytes = max_closed_bytes
         self._open: dict[str, SessionRecord] = {}
         self._closed: OrderedDict[str, SessionRecord] = OrderedDict()
+        self._closed_sizes: dict[str, int] = {}  # each closed record's size when it was stored
+        self._closed_bytes = 0
         self._keys: dict[tuple[str | None, str], str] = {}
 
     async def add(self, record: SessionRecord) -> None:
@@ -258,14 +293,23 @@ class MemorySessionStore:
             self._open[sid] = record
             return
         self._open.pop(sid, None)
+        self._closed_bytes -= self._closed_sizes.pop(sid, 0)
+        self._closed.pop(sid, None)
         self._closed[sid] = record
-        self._closed.move_to_end(sid)
-        while len(self._closed) > self.max_closed:
-            _, dropped = self._closed.popitem(last=False)
+        self._closed_sizes[sid] = record.size_bytes
+        self._closed_bytes += record.size_bytes
+        while self._closed and (
+            len(self._closed) > self.max_closed or self._closed_bytes > self.max_closed_bytes
+        ):
+            dropped_id, dropped = self._closed.popitem(last=False)
+            self._closed_bytes -= self._closed_sizes.pop(dropped_id, 0)
             self._forget_key(dropped)
 
     async def remove(self, session_id: str) -> SessionRecord | None:
-        record = self._open.pop(session_id, None) or self._closed.pop(session_id, None)
+        record = self._open.pop(session_id, None)
+        if record is None:
+            record = self._closed.pop(session_id, None)
+            self._closed_bytes -= self._closed_sizes.pop(session_id, 0)
         if record is not None:
             self._forget_key(record)
         return record
@@ -280,8 +324,9 @@ class MemorySessionStore:
         return len(self._open)
 
     def _forget_key(self, record: SessionRecord) -> None:
-        if record.client_id is not None:
-            self._keys.pop((record.owner, record.client_id), None)
+        key = (record.owner, record.client_id) if record.client_id is not None else None
+        if key is not None and self._keys.get(key) == record.session_id:  # not a newer session's key
+            del self._keys[key]
 
 
 # -- observers (metrics) -----------------------------------------------------------------------------------
@@ -346,17 +391,35 @@ def new_session_id() -> str:
 
 
 def _fingerprint(message: dict[str, Any]) -> str:
-    import json
-
     text = json.dumps(message, sort_keys=True, separators=(",", ":"), ensure_ascii=True, default=str)
     return hashlib.sha256(text.encode("ascii")).hexdigest()
+
+
+def json_size(value: Any) -> int:
+    """Bytes of `value` as compact UTF-8 JSON (what a transcript entry costs to hold and to send)."""
+    text = json.dumps(value, separators=(",", ":"), ensure_ascii=False, default=str)
+    return len(text.encode("utf-8", errors="surrogatepass"))
+
+
+class _SessionLock:
+    """A session's lock and how many requests hold it or wait for it (the entry goes when none do)."""
+
+    __slots__ = ("lock", "users")
+
+    def __init__(self) -> None:
+        self.lock = asyncio.Lock()
+        self.users = 0
 
 
 # -- the manager ------------------------------------------------------------------------------------------
 
 
 class SessionManager:
-    """Opens, steps, finishes and expires sessions; one per event loop (its locks belong to that loop)."""
+    """Opens, steps, finishes and expires sessions; one per event loop (its locks belong to that loop).
+
+    `max_message_bytes` bounds one assistant message and `max_transcript_bytes` a session's transcript (both
+    as compact UTF-8 JSON); see the module docstring for what passing them answers.
+    """
 
     def __init__(
         self,
@@ -367,6 +430,8 @@ class SessionManager:
         retention_s: float = 600.0,
         sweep_interval_s: float = 1.0,
         clock: Callable[[], float] = time.time,
+        max_message_bytes: int = MAX_MESSAGE_BYTES,
+        max_transcript_bytes: int = MAX_TRANSCRIPT_BYTES,
     ):
         self.store: SessionStore = store if store is not None else MemorySessionStore()
         self._engine = engine
@@ -374,8 +439,10 @@ class SessionManager:
         self.retention_s = retention_s
         self.sweep_interval_s = sweep_interval_s
         self.clock = clock
+        self.max_message_bytes = max_message_bytes
+        self.max_transcript_bytes = max_transcript_bytes
         self._states: dict[str, Any] = {}
-        self._locks: dict[str, asyncio.Lock] = {}
+        self._locks: dict[str, _SessionLock] = {}
         self._sweeper: asyncio.Task[None] | None = None
         self._last_sweep = float("-inf")
 
@@ -404,12 +471,28 @@ class SessionManager:
             except ValidationError as exc:
                 raise request_error_from(exc) from None
         await self._maybe_sweep()
+        request_fingerprint = _fingerprint(request.model_dump(mode="json", exclude={"id"}))
         if request.id is not None:
             existing_id = await self.store.find(owner, request.id)
             if existing_id is not None:
                 existing = await self.store.get(existing_id)
                 if existing is not None and not existing.expired:
+                    if existing.request_fingerprint != request_fingerprint:
+                        raise RequestError(
+                            409,
+                            f"invalid id: the idempotency key {request.id!r} was used with another create "
+                            "request; use a new id for a new session",
+                            "id",
+                        )
                     return self._opened(existing)
+        task_bytes = json_size(request.task)
+        if task_bytes > self.max_transcript_bytes:
+            raise RequestError(
+                413,
+                f"task is {task_bytes} bytes as JSON; a session's transcript may hold "
+                f"{self.max_transcript_bytes}",
+                "task",
+            )
         env = get_tool_environment(request.environment)
         task = self._task(env, request.task)
         limits = env.limits()
@@ -423,6 +506,7 @@ class SessionManager:
             version=env.version,
             owner=owner,
             client_id=request.id,
+            request_fingerprint=request_fingerprint,
             task=task,
             tools=[tool.openai() for tool in env.tools()],
             limits=limits,
@@ -433,6 +517,14 @@ class SessionManager:
             deadline_at=deadline,
             transcript=[dict(message) for message in task.prompt],
         )
+        record.size_bytes = sum(json_size(message) for message in record.transcript)
+        if record.size_bytes > self.max_transcript_bytes:
+            raise RequestError(
+                413,
+                f"task.prompt is {record.size_bytes} bytes as JSON; a session's transcript may hold "
+                f"{self.max_transcript_bytes}",
+                "task.prompt",
+            )
         await self.store.add(record)  # PoolFull before any environment state exists
         try:
             self._states[record.session_id] = await env.start(task, limits)
@@ -513,11 +605,44 @@ class SessionManager:
             )
         return record
 
-    def _lock(self, session_id: str) -> asyncio.Lock:
-        lock = self._locks.get(session_id)
-        if lock is None:
-            lock = self._locks[session_id] = asyncio.Lock()
-        return lock
+    @contextlib.asynccontextmanager
+    async def _locked(self, session_id: str) -> AsyncIterator[None]:
+        """Hold the session's lock; the lock's entry lives only while some request holds or awaits it."""
+        entry = self._locks.get(session_id)
+        if entry is None:
+            entry = self._locks[session_id] = _SessionLock()
+        entry.users += 1
+        try:
+            async with entry.lock:
+                yield
+        finally:
+            entry.users -= 1
+            if entry.users == 0 and self._locks.get(session_id) is entry:
+                del self._locks[session_id]
+
+    def _busy(self, session_id: str) -> bool:
+        """Whether a request holds or awaits the session's lock."""
+        return session_id in self._locks
+
+    def _message_size(self, message: dict[str, Any], field: str) -> int:
+        size = json_size(message)
+        if size > self.max_message_bytes:
+            raise RequestError(
+                413,
+                f"{field} is {size} bytes as JSON; the limit is {self.max_message_bytes}",
+                field,
+            )
+        return size
+
+    def _check_budget(self, record: SessionRecord, size: int, field: str) -> None:
+        if record.size_bytes + size > self.max_transcript_bytes:
+            raise RequestError(
+                413,
+                f"{field} ({size} bytes) would take the session's transcript to "
+                f"{record.size_bytes + size} bytes; a session may hold {self.max_transcript_bytes} "
+                "(finish the session without a message to score it as it stands)",
+                field,
+            )
 
     async def get(self, session_id: str, owner: str | None = None) -> dict[str, Any]:
         """The record with its exact transcript and action log (404 unknown, 410 expired)."""
@@ -528,13 +653,15 @@ class SessionManager:
         record = await self.store.get(session_id)
         if record is None or (record.owner is not None and record.owner != owner):
             return
-        async with self._lock(session_id):
+        async with self._locked(session_id):
+            record = await self.store.get(session_id)
+            if record is None:
+                return
             if not record.done:
                 record.done, record.end_reason, record.status = True, "closed", None
                 self.observer.ended(record.environment, "closed", "closed")
             await self._release(record)
             await self.store.remove(session_id)
-            self._locks.pop(session_id, None)
 
     # -- step --------------------------------------------------------------------------------------------
 
@@ -545,7 +672,10 @@ class SessionManager:
         score?}` (404, 410, 409, 422 as the module docstring says)."""
         await self._maybe_sweep()
         check_nesting(message, "message")
-        async with self._lock(session_id):
+        size = self._message_size(message, "message")
+        if await self.store.get(session_id) is None:  # no lock for an id that names nothing
+            raise RequestError(404, f"unknown session {session_id!r}", "session_id")
+        async with self._locked(session_id):
             record = await self._record(session_id, owner)
             taken = len(record.steps)
             fingerprint = _fingerprint(message)
@@ -560,6 +690,7 @@ class SessionManager:
             if step is not None and step != taken + 1:
                 raise SessionConflict(f"step {step} is out of order: the next step is {taken + 1}")
             parsed_message = _assistant_message(message, "message")
+            self._check_budget(record, size, "message")
             started = time.perf_counter()
             backup = record.model_copy(deep=True)
             try:
@@ -583,9 +714,13 @@ class SessionManager:
         that calls tools, whose calls are not run) the episode ends as `no_tool_call` and the transcript is
         scored as it stands.
         """
+        size = 0
         if message is not None:
             check_nesting(message, "message")
-        async with self._lock(session_id):
+            size = self._message_size(message, "message")
+        if await self.store.get(session_id) is None:  # no lock for an id that names nothing
+            raise RequestError(404, f"unknown session {session_id!r}", "session_id")
+        async with self._locked(session_id):
             record = await self._record(session_id, owner)
             if record.done:
                 if record.score is None:
@@ -594,7 +729,9 @@ class SessionManager:
             end_reason = "no_tool_call"
             if message is not None:
                 parsed = _assistant_message(message, "message")
+                self._check_budget(record, size, "message")
                 record.transcript.append(dict(message))
+                record.size_bytes += size
                 record.usage.turns += 1
                 calls = self._calls(record, parsed)
                 if not calls.calls and not calls.errors:
@@ -618,6 +755,7 @@ class SessionManager:
         usage = record.usage
         number = len(record.steps) + 1
         record.transcript.append(dict(raw))
+        record.size_bytes += json_size(raw)
         usage.turns += 1
         parsed = self._calls(record, message)
         observations: list[dict[str, Any]] = []
@@ -665,6 +803,7 @@ class SessionManager:
             results.append(result)
         for observation in observations:
             record.transcript.append(observation)
+            record.size_bytes += json_size(observation)
         if record.done:
             return self._step_result(record, observations, results)
         if usage.tool_errors >= limits.max_tool_errors:
@@ -844,6 +983,9 @@ class SessionManager:
     async def _expire(self, record: SessionRecord) -> None:
         record.done, record.end_reason, record.status = True, "expired", None
         await self._release(record)
+        # a tombstone only answers 410: it keeps no transcript, steps or action log
+        record.transcript, record.steps, record.actions, record.step_messages = [], [], [], []
+        record.size_bytes = 0
         record.expires_at = self.clock() + self.retention_s  # the tombstone answers 410 this long
         await self.store.put(record)
         self.observer.ended(record.environment, "expired", "expired")
@@ -857,10 +999,9 @@ class SessionManager:
         self._last_sweep = now
         handled = 0
         for session_id in await self.store.due(now):
-            lock = self._lock(session_id)
-            if lock.locked():  # a step is running: it will refresh the expiry
+            if self._busy(session_id):  # a step is running: it will refresh the expiry
                 continue
-            async with lock:
+            async with self._locked(session_id):
                 record = await self.store.get(session_id)
                 if record is None or record.expires_at > self.clock():
                     continue
@@ -868,7 +1009,6 @@ class SessionManager:
                     await self._expire(record)
                 else:
                     await self.store.remove(session_id)
-                    self._locks.pop(session_id, None)
                 handled += 1
         return handled
 
