@@ -1,7 +1,8 @@
 """Red team for issue 18 (tool calls, sessions, tool.math_python, tool.search_qa).
 
-Each xfail(strict=True) test asserts the correct behaviour for an attack that works today; the plain tests pin
-attacks that held. Tests that run the `python` tool use the configured sandbox (skipped where it cannot run).
+Each finding is a test asserting the correct behaviour (each failed when written and passes since its fix:
+F1 in the tool-call reader, F2 in the persistent interpreter, F3/F4/F8 in search_qa, F5-F7/F9/F10 in the
+sessions); the other tests pin attacks that held. Tests that run the `python` tool use the configured sandbox (skipped where it cannot run).
 """
 
 from __future__ import annotations
@@ -69,14 +70,9 @@ def search_task() -> Any:
     return SEARCH_QA.make_tasks(split="train", seed=0, count=1, level="medium")[0]
 
 
-# == findings (xfail until fixed) ====================================================================
+# == findings (each failed when written; fixed) ================================================================
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="F1: a final answer that opens with function notation ('f(2) = 5, so ...') is read as a malformed "
-    "pythonic call: no_final_answer (0) on replay, a parse_error observation live; a correct answer scores 0",
-)
 def test_math_answer_opening_with_function_notation_is_an_answer(engine: Engine):
     text = "f(2) = 5, so the answer is \\boxed{5}."
     replay = proctor.score(
@@ -97,11 +93,6 @@ def test_math_answer_opening_with_function_notation_is_an_answer(engine: Engine)
 
 
 @pytest.mark.usefixtures("backend")
-@pytest.mark.xfail(
-    strict=True,
-    reason="F2: a background thread in the persistent interpreter keeps running between calls; its CPU is "
-    "charged to no call, so call_cpu_s and the session's tool_cpu_s budget are escaped",
-)
 def test_persistent_interpreter_background_cpu_is_bounded_or_charged(engine: Engine):
     from proctor.environments.tools import math_python
 
@@ -146,11 +137,6 @@ def test_persistent_interpreter_background_cpu_is_bounded_or_charged(engine: Eng
     assert background <= limits.call_cpu_s + 0.5 or charged >= background - 0.5, (background, charged)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="F3: a search that matched nothing ('No article matches the query.') counts as a search that got "
-    "results, so require_search is met by searching gibberish and answering from memory",
-)
 def test_a_search_without_results_does_not_meet_require_search():
     task = search_task()
     gold = task.metadata["gold_answer"]
@@ -166,11 +152,6 @@ def test_a_search_without_results_does_not_meet_require_search():
     assert score.reward == 0.0 and score.reason == "no_search", (score.reward, score.reason)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="F4: under metric f1 a list of candidates joined by '&' or a newline is not caught as hedged and "
-    "earns 0.67 (the docs promise lists of alternatives score 0)",
-)
 @pytest.mark.parametrize("template", ["Atlantis & {gold}", "{gold}\nAtlantis", "Atlantis + {gold}"])
 def test_f1_candidate_lists_are_hedges(template: str):
     task = search_task()
@@ -182,11 +163,6 @@ def test_f1_candidate_lists_are_hedges(template: str):
     assert score.reward == 0.0 and score.reason == "hedged", (score.reward, score.reason)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="F5: every step/finish on an unknown session id leaves an asyncio.Lock in SessionManager._locks "
-    "forever: a client sending random ids grows the server's memory without bound",
-)
 def test_unknown_session_ids_leave_nothing_behind(engine: Engine):
     async def probe() -> int:
         sessions = SessionManager(engine=engine)
@@ -204,11 +180,6 @@ def test_unknown_session_ids_leave_nothing_behind(engine: Engine):
     assert run(probe()) == 0
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="F6: an idempotency key reused with a different request (another environment and task) silently "
-    "returns the first session instead of a 409/422",
-)
 def test_idempotency_key_reused_with_another_request_is_refused(engine: Engine):
     async def probe() -> Any:
         sessions = SessionManager(engine=engine)
@@ -229,11 +200,6 @@ def test_idempotency_key_reused_with_another_request_is_refused(engine: Engine):
         assert outcome["environment"] == "tool.math_python", outcome["environment"]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="F7: nothing bounds an assistant message or a session's transcript: 8 steps of 4 MB are stored "
-    "(32 MB per session, times 10,000 open sessions), so one token holder can exhaust the server's memory",
-)
 def test_a_sessions_transcript_is_bounded(engine: Engine):
     async def probe() -> list[int]:
         sessions = SessionManager(engine=engine)
@@ -457,12 +423,6 @@ def test_python_sandbox_held(engine: Engine):
         assert seen.splitlines()[-1] == "False False None", seen
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="F8: the BM25 index cache keeps 4 corpus seeds (first in, first out); sessions on 5+ seeds make "
-    "every search step rebuild a corpus and index (~100 ms of CPU instead of ~0.4 ms), so a batch of steps "
-    "across seeds is a CPU amplifier and a multi-seed dataset thrashes",
-)
 def test_open_search_sessions_do_not_rebuild_their_index_every_step(engine: Engine, monkeypatch):
     from proctor.environments.tools.search_qa import index as index_module
 
@@ -501,11 +461,6 @@ def test_open_search_sessions_do_not_rebuild_their_index_every_step(engine: Engi
     assert rebuilt == 0 or (refused and set(refused) <= {422, 429}), (rebuilt, refused)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="F9: a batch item that is not an object (1, null, a string, a list) fails the whole batch with 422 "
-    "instead of an error in its own slot; the docs say a bad item never fails the batch",
-)
 def test_a_non_object_batch_item_fails_only_its_slot(live_server: str):
     import httpx
 
@@ -521,11 +476,6 @@ def test_a_non_object_batch_item_fails_only_its_slot(live_server: str):
     assert results[0]["step"] == 1 and "error" in results[1]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="F10: step numbers and generated-task seeds are plain ints, so JSON true is step 1 (a stored step is "
-    "replayed) and seed 1; the contract's JsonInt refuses bools elsewhere (topk, seed, count)",
-)
 def test_bools_are_not_step_numbers_or_seeds(engine: Engine):
     from pydantic import ValidationError
 
