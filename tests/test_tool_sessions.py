@@ -4,6 +4,7 @@ replay equal to live, and the `python` tool of `tool.math_python` in the real sa
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import time
@@ -226,6 +227,85 @@ def test_a_failed_sandbox_ends_the_session_with_sandbox_error_not_a_zero(engine:
     assert step["done"] and step["end_reason"] == "sandbox_error"
     assert step["score"]["status"] == "sandbox_error" and step["score"]["correct"] is None
     assert record["status"] == "sandbox_error"
+
+
+_KILLED_MID_CALL = """
+import asyncio, json, sys
+from proctor.engine import Engine
+from proctor.settings import Settings
+import tests.test_tool_sessions as T
+
+engine = Engine(Settings(cache_size=0))
+
+async def episode():
+    sessions = T.manager_with(engine)
+    sid = (await sessions.create({"environment": "tool.math_python", "task": T.USER_TASK}))["session_id"]
+    print("calling", flush=True)
+    step = await sessions.step(sid, T.call("import time\\ntime.sleep(10)\\nprint(1)"))
+    return step, await sessions.get(sid)
+
+step, record = asyncio.run(episode())
+print(json.dumps({"step": step, "status": record["status"]}), flush=True)
+engine.close()
+"""
+
+
+def _descendants(root: int) -> dict[int, str]:
+    """pid -> argv[0] of every process below `root` (read from /proc)."""
+    parents: dict[int, int] = {}
+    names: dict[int, str] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as fh:
+                parents[int(entry)] = int(fh.read().rsplit(")", 1)[1].split()[1])
+            with open(f"/proc/{entry}/cmdline", "rb") as fh:
+                names[int(entry)] = fh.read().split(b"\0")[0].decode(errors="replace")
+        except (OSError, IndexError, ValueError):
+            continue
+    found: dict[int, str] = {}
+    frontier = [root]
+    while frontier:
+        parent = frontier.pop()
+        for pid, ppid in parents.items():
+            if ppid == parent and pid not in found:
+                found[pid] = names.get(pid, "")
+                frontier.append(pid)
+    return found
+
+
+def test_nsjail_killed_mid_call_ends_the_session_with_sandbox_error(tmp_path):
+    """The real thing, not a stub: every jail of a service process is SIGKILLed from outside while the model's
+    code runs (in a child process, so this process's own sandboxes are untouched)."""
+    if Settings().sandbox_backend != "nsjail":
+        pytest.skip("needs the nsjail backend")
+    import signal
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    child = subprocess.Popen(
+        [sys.executable, "-c", _KILLED_MID_CALL], cwd=root, stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert child.stdout is not None
+        assert child.stdout.readline().strip() == "calling"
+        time.sleep(1.0)  # the model's code is sleeping inside its jail now
+        jails = [pid for pid, name in _descendants(child.pid).items() if name.endswith("nsjail")]
+        assert jails, "no jail was running"
+        for pid in jails:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        result = json.loads(child.stdout.readline())
+    finally:
+        child.kill()
+        child.wait()
+    step = result["step"]
+    assert step["done"] and step["end_reason"] == "sandbox_error"
+    assert step["score"]["status"] == "sandbox_error" and step["score"]["correct"] is None
+    assert result["status"] == "sandbox_error"
 
 
 # -- end reasons and limits -------------------------------------------------------------------------------
