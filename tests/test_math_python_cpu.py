@@ -36,7 +36,9 @@ SPIN_CHILD = (
 
 @pytest.fixture
 def interpreter(backend: Any) -> Iterator[PythonInterpreter]:
-    limits = math_python.ENVIRONMENT.limits().model_copy(update={"call_cpu_s": 1.0, "call_wall_s": 6.0})
+    # A 1 s nap beside a spinning thread uses up to 1 s of the jail's CPU: the limit must leave it room, or the
+    # nap itself runs out of CPU on a quiet machine (a CPU limit of 1 s did, in CI).
+    limits = math_python.ENVIRONMENT.limits().model_copy(update={"call_cpu_s": 3.0, "call_wall_s": 10.0})
     interpreter = PythonInterpreter(backend, limits)
     yield interpreter
     interpreter.close()
