@@ -65,3 +65,10 @@ def test_a_later_anchor_that_is_no_answer_leaves_the_box_in_charge() -> None:
     )
     assert reward(response, "560") == 1
     assert reward(response.replace("boxed{560}", "boxed{561}"), "560") == 0
+
+
+def test_a_line_start_anchor_after_a_box_must_start_its_line() -> None:
+    """`Answer $4$` right after a box on the same line is no line-start anchor: the box stands."""
+    assert reward("So \\boxed{3} Answer $4$\n", "4") == 0
+    assert reward("So \\boxed{3} Answer $4$\n", "3") == 1
+    assert reward("So \\boxed{3}.\nAnswer $4$\n", "4") == 1  # on a line of its own it corrects the box

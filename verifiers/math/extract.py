@@ -352,13 +352,16 @@ def _anchor_after_boxes(text: str) -> Extracted | None:
     ... Final Answer: The final answer is $9$."): a later statement corrects an earlier box, as a later box
     does. An anchor that only points back ("The answer is boxed above.") leaves the box in charge."""
     marker = _last_marker(text)
-    anchor = _last_anchor(text)
-    if marker is None or anchor is None or anchor.start() < marker.start():
+    box = None if marker is None else _read_box(text, marker, MAX_BOX_SCAN)
+    if box is None:
         return None
-    box = _read_box(text, marker, MAX_BOX_SCAN)
-    if box is None or anchor.start() < box.end:
+    # Only the text after the box is scanned (the hot path: every boxed response passes here), in place, so a
+    # line-start anchor is one at a real line start.
+    after = deque(_ANCHOR.finditer(text, max(box.end, len(text) - ANCHOR_WINDOW)), maxlen=1)
+    if not after:
         return None
-    found = _from_anchors_phrase(text[box.end :])
+    anchor = after[0]
+    found = _phrase_after(text, anchor)
     if found is None or found.oversized or not all(_MATHY.search(c) for c in found.candidates):
         return None
     # The whole sentence after the anchor must be the answer and nothing else: "Answer $4$ is wrong", "the
@@ -452,8 +455,11 @@ def _from_anchors(text: str) -> Extracted | None:
 
 def _from_anchors_phrase(text: str) -> Extracted | None:
     anchor = _last_anchor(text)
-    if anchor is None:
-        return None
+    return None if anchor is None else _phrase_after(text, anchor)
+
+
+def _phrase_after(text: str, anchor: re.Match[str]) -> Extracted | None:
+    """The candidates an anchor states (None when it states nothing)."""
     expression, oversized = _anchored_expression(text, anchor.end())
     if oversized:
         return Extracted((expression,), "anchor", False, oversized=True)
