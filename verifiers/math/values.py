@@ -682,7 +682,13 @@ def scalar(node: Node, raw: str = "") -> Scalar:
             break
     if negate:
         node = Node("neg", (node,))
-    node = expand_series(_inner_units_as_symbols(_brackets_as_groups(node) if node.op != "bracket" else node))
+    ops = {part.op for part in node.walk()}  # one walk decides which rewrites the tree needs
+    if "bracket" in ops and node.op != "bracket":
+        node = _grouped(node)
+    if "unit" in ops:
+        node = _symbolise(node)
+    if "sum" in ops or "prod" in ops:
+        node = _expanded(node)
     if percent:
         node = Node("pct", (node,))
     return Scalar(node, raw or to_text(node), percent, unit)
@@ -698,9 +704,11 @@ def expand_series(node: Node) -> Node:
     """Every \\sum / \\prod whose limits are whole numbers written out as a sum or product of its terms
     (the index replaced by each number); one with a variable limit (\\sum_{k=1}^{n}) is left as it is, and
     equivalence.py compares it at whole numbers."""
-    if not any(part.op in ("sum", "prod") for part in node.walk()):
-        return node
-    args = tuple(expand_series(arg) for arg in node.args)
+    return _expanded(node) if any(part.op in ("sum", "prod") for part in node.walk()) else node
+
+
+def _expanded(node: Node) -> Node:
+    args = tuple(_expanded(arg) for arg in node.args)
     if node.op in ("sum", "prod"):
         body, first, last = args
         start, stop = fold(first), fold(last)
@@ -740,27 +748,19 @@ def substitute(node: Node, name: str, value: Fraction) -> Node:
     return node if args == node.args else Node(node.op, args, node.value)
 
 
-def _inner_units_as_symbols(node: Node) -> Node:
+def _symbolise(node: Node) -> Node:
     """A one-letter "unit" inside an expression is a variable: `\\frac{3 m}{2}`, `3m + 1`, `\\frac{1}{LCs^2}`
     (a unit only ends a whole answer, `5 m`, and that one scalar() has already lifted off)."""
-    if not any(part.op == "unit" for part in node.walk()):
-        return node
-    return _symbolise(node)
-
-
-def _symbolise(node: Node) -> Node:
     args = tuple(_symbolise(arg) for arg in node.args)
     if node.op == "unit" and isinstance(node.value, str) and len(node.value) == 1 and node.value.isalpha():
         return Node("mul", (args[0], Node("sym", (), node.value)))
     return node if args == node.args else Node(node.op, args, node.value)
 
 
-def _brackets_as_groups(node: Node) -> Node:
+def _grouped(node: Node) -> Node:
     """`2[x-1]`, `x\\left[c_1\\cos x + c_2\\sin x\\right]`: square brackets around one expression inside a
     larger one group it, as parentheses do (alone, `[a, b]` stays an interval and `[x]` a one-item list)."""
-    if not any(part.op == "bracket" for part in node.walk()):
-        return node
-    args = tuple(_brackets_as_groups(arg) for arg in node.args)
+    args = tuple(_grouped(arg) for arg in node.args)
     if node.op == "bracket" and len(args) == 1 and node.value in ("[]", "()"):
         return Node("group", args)
     return node if args == node.args else Node(node.op, args, node.value)
