@@ -49,6 +49,7 @@ from proctor.verifiers.math.values import (
     Value,
     expand_series,
     free_symbols,
+    ratio_parts,
     substitute,
     text_form,
 )
@@ -890,8 +891,8 @@ def _reordered_ratio(gold: Labelled, label: Node, answer: Value) -> Value | None
     """The answer's ratio in the gold's order of names, when both name the same quantities; else None."""
     if not (gold.label.op == "ratio" and label.op == "ratio" and isinstance(answer, Ratio)):
         return None
-    gold_names = [label_key(part) for part in _ratio_names(gold.label)]
-    answer_names = [label_key(part) for part in _ratio_names(label)]
+    gold_names = [label_key(part) for part in ratio_parts(gold.label)]
+    answer_names = [label_key(part) for part in ratio_parts(label)]
     if sorted(gold_names) != sorted(answer_names) or len(set(gold_names)) != len(gold_names):
         return None
     if len(answer.parts) != len(answer_names):
@@ -902,12 +903,6 @@ def _reordered_ratio(gold: Labelled, label: Node, answer: Value) -> Value | None
         part.raw or part.normalized() for part in parts
     )  # its own text: the identity check reads it
     return Ratio(parts[0], parts[-1], raw, tuple(parts[1:-1]))
-
-
-def _ratio_names(node: Node) -> list[Node]:
-    if node.op != "ratio":
-        return [node]
-    return [*_ratio_names(node.args[0]), *_ratio_names(node.args[1])]
 
 
 def _members(answer: Value, ordered_ok: bool, ordered_only: bool = False) -> tuple[Value, ...] | None:

@@ -1026,11 +1026,11 @@ def _solutions(items: Items) -> Items:
     return Items("list", solutions, items.raw)
 
 
-def _ratio_parts(node: Node) -> list[Node]:
+def ratio_parts(node: Node) -> list[Node]:
     """The parts of a ratio chain, `a:b:c` parsed as (a:b):c."""
     if node.op != "ratio":
         return [node]
-    return [*_ratio_parts(node.args[0]), *_ratio_parts(node.args[1])]
+    return [*ratio_parts(node.args[0]), *ratio_parts(node.args[1])]
 
 
 def _relation(node: Node, raw: str) -> Value:
@@ -1127,10 +1127,10 @@ def _labelled(left: Node, right: Node, raw: str) -> Value | None:
                 )
         return None
     if left.op == "ratio" and right.op in ("ratio", "num", "div"):
-        names = _ratio_parts(left)
+        names = ratio_parts(left)
         if not all(is_label(name) for name in names):
             return None
-        values = _ratio_parts(right)
+        values = ratio_parts(right)
         if len(values) == len(names) > 1:  # a ratio, even where "11:21" alone would read as a time of day
             scalars = tuple(scalar(part) for part in values)
             return Labelled(left, Ratio(scalars[0], scalars[-1], to_text(right), scalars[1:-1]), raw)
@@ -1153,7 +1153,7 @@ def _labelled(left: Node, right: Node, raw: str) -> Value | None:
 
 
 def _ratio(node: Node, raw: str) -> Value:
-    parts = _ratio_parts(node)
+    parts = ratio_parts(node)
     if len(parts) > 2:  # a:b:c
         scalars = tuple(scalar(part) for part in parts)
         return Ratio(scalars[0], scalars[-1], raw, scalars[1:-1])
