@@ -34,7 +34,6 @@ import json
 import os
 import platform
 import random
-import re
 import statistics
 import sys
 import time
@@ -48,7 +47,11 @@ from common import append_results, free_port, git_commit, start_server  # noqa: 
 
 import proctor  # noqa: E402
 from proctor.environments.tools.search_qa.corpus import build_corpus  # noqa: E402
-from proctor.environments.tools.search_qa.environment import SEARCH_QA, gold_transcript, search_text  # noqa: E402
+from proctor.environments.tools.search_qa.environment import (  # noqa: E402
+    SEARCH_QA,
+    gold_transcript,
+    shallow_answer,
+)
 from proctor.environments.tools.search_qa.index import SearchIndex  # noqa: E402
 
 
@@ -222,27 +225,8 @@ def http_rates(seconds: float, mix: list[str]) -> list[dict[str, float]]:
         server.wait(timeout=30)
 
 
-def shallow_answer(task, source) -> str:  # noqa: ANN001
-    """Search the whole question, open every result, answer the first name of the asked kind (or year) read."""
-    seen, _ = search_text(0, task.reference["question"])
-    seen += "\n".join(source.doc_by_id[doc_id].text for doc_id in re.findall(r"\[(d\d{5})\]", seen))
-    if task.metadata["answer_kind"] == "year":
-        years = re.findall(r"\b1[6-9]\d\d\b|\b20\d\d\b", seen)
-        return years[0] if years else "1900"
-    question = task.reference["question"]
-    for entity in source.entities:
-        if (
-            entity.kind == task.metadata["answer_kind"]
-            and entity.name in seen
-            and entity.name not in question
-        ):
-            return entity.name
-    return ""
-
-
 def policy_rewards() -> list[tuple[str, float, float, float]]:
     """(level, gold, shallow, constant) mean rewards over 200 test tasks per level."""
-    source = build_corpus(0)
     searched = [
         {
             "role": "assistant",
@@ -257,7 +241,7 @@ def policy_rewards() -> list[tuple[str, float, float, float]]:
         common = max(set(golds), key=lambda gold: (golds.count(gold), gold))
         totals = [0.0, 0.0, 0.0]
         for task in tasks:
-            answers = [None, shallow_answer(task, source), common]
+            answers = [None, shallow_answer(task), common]
             for slot, answer in enumerate(answers):
                 if answer is None:
                     transcript = gold_transcript(task)

@@ -23,7 +23,7 @@ from proctor.environments.tools.search_qa.environment import (
     cheat_transcripts,
     gold_transcript,
     grade,
-    search_text,
+    shallow_answer,
     trivial_transcripts,
 )
 from proctor.environments.tools.search_qa.index import MAX_QUERY_CHARS, search_index, tokenize
@@ -465,27 +465,6 @@ def test_generation_is_identical_across_processes_and_pinned():
     assert len(digests) == 1
     # Changing the corpus or the questions must bump CORPUS_VERSION or the environment's VERSION, then this pin.
     assert digests == {GOLDEN_DIGEST}
-
-
-def shallow_answer(task: Any) -> str:
-    """A policy that searches the whole question once, opens every result, and answers the first name of the
-    asked kind (or the first year) it read that the question does not hold: what retrieval without following
-    the chain gets."""
-    built = corpus(0)
-    seen, _ = search_text(0, task.reference["question"])
-    seen += "\n".join(built.doc_by_id[doc_id].text for doc_id in re.findall(r"\[(d\d{5})\]", seen))
-    if task.metadata["answer_kind"] == "year":
-        years = re.findall(r"\b1[6-9]\d\d\b|\b20\d\d\b", seen)
-        return years[0] if years else "1900"
-    question = task.reference["question"]
-    for entity in built.entities:
-        if (
-            entity.kind == task.metadata["answer_kind"]
-            and entity.name in seen
-            and entity.name not in question
-        ):
-            return entity.name
-    return ""
 
 
 async def test_one_search_of_the_question_without_following_the_chain_earns_at_most_five_percent():

@@ -377,6 +377,23 @@ def _observation(call_id: str, name: str, content: str) -> dict[str, Any]:
     return {"role": "tool", "tool_call_id": call_id, "name": name, "content": content}
 
 
+def shallow_answer(task: Task) -> str:
+    """The baseline the trivial-policy gate measures: search the whole question once, open every result, and
+    answer the first name of the asked kind (or the first year) read that the question does not hold: what
+    retrieval without following the chain earns (tests/test_search_qa.py, bench/search_qa.py)."""
+    source = corpus(BUNDLED_CORPUS_SEED)
+    seen, _ = search_text(BUNDLED_CORPUS_SEED, task.reference["question"])
+    seen += "\n".join(source.doc_by_id[doc_id].text for doc_id in re.findall(r"\[(d\d{5})\]", seen))
+    if task.metadata["answer_kind"] == "year":
+        years = re.findall(r"\b1[6-9]\d\d\b|\b20\d\d\b", seen)
+        return years[0] if years else "1900"
+    question = task.reference["question"]
+    for entity in source.entities:
+        if entity.kind == task.metadata["answer_kind"] and entity.name in seen and entity.name not in question:
+            return entity.name
+    return ""
+
+
 def gold_transcript(task: Task) -> list[dict[str, Any]]:
     """A transcript that solves the task with the tools alone: search each entity of the chain by name, open
     its article, and answer; the observations are what the tools return. Raises when an article is not found
