@@ -72,3 +72,19 @@ def test_a_line_start_anchor_after_a_box_must_start_its_line() -> None:
     assert reward("So \\boxed{3} Answer $4$\n", "4") == 0
     assert reward("So \\boxed{3} Answer $4$\n", "3") == 1
     assert reward("So \\boxed{3}.\nAnswer $4$\n", "4") == 1  # on a line of its own it corrects the box
+
+
+def test_a_bug_in_reading_an_answer_is_not_a_reward_of_zero(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Only a ParseError means "not math we read" (reward 0); any other error escapes score_math, and the engine
+    answers it verifier_error, masked (tests/test_engine.py), never a wrong answer."""
+    from proctor.verifiers.math import verifier
+
+    def broken(text: str) -> None:
+        raise ValueError(
+            "invalid literal for int() with base 10: '1 000'"
+        )  # the kind of bug red team 17 found
+
+    gold = verifier.MathReference(answer="5")  # read before the bug is planted
+    monkeypatch.setattr(verifier, "parse_value", broken)
+    with pytest.raises(ValueError, match="invalid literal"):
+        verifier.score_math("\\boxed{5}", gold, verifier.MathOptions())

@@ -188,8 +188,8 @@ def _parsed(candidates: tuple[str, ...]) -> list[Value | None]:
     for candidate in candidates:
         try:
             answers.append(check_value(parse_value(candidate)))
-        except ValueError:  # ParseError, and any reading the grammar got wrong: unparseable, never a crash
-            answers.append(None)
+        except ParseError:  # the answer is not math we read: unparseable. Any other error is our bug, and the
+            answers.append(None)  # engine answers it verifier_error (masked), never a reward of 0
     return answers
 
 
