@@ -389,7 +389,11 @@ def shallow_answer(task: Task) -> str:
         return years[0] if years else "1900"
     question = task.reference["question"]
     for entity in source.entities:
-        if entity.kind == task.metadata["answer_kind"] and entity.name in seen and entity.name not in question:
+        if (
+            entity.kind == task.metadata["answer_kind"]
+            and entity.name in seen
+            and entity.name not in question
+        ):
             return entity.name
     return ""
 
