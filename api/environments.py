@@ -17,6 +17,7 @@ from proctor.api.responses import error_responses, server_validated
 from proctor.api.state import ServiceState, get_state
 from proctor.contract import JsonInt, RequestError
 from proctor.environments.registry import MAX_JSON_SEED, Task, all_environments, get_environment
+from proctor.registry import Example, get_verifier
 
 router = APIRouter(prefix="/v1", tags=["environments"])
 
@@ -140,8 +141,49 @@ async def list_environments() -> Response:
     summary="Describe one environment",
 )
 async def describe_environment(name: str) -> Response:
-    """One environment's description; 404 listing the known ones if it is unknown."""
-    return json_response(get_environment(name).describe())
+    """One environment's description; 404 listing the known ones if it is unknown.
+
+    A tool environment's description also lists its example transcripts (`examples`): each gold, cheat and
+    trivial-policy transcript with its task and expected reward, and the `/v1/score` request that replays it.
+    """
+    spec = get_environment(name)
+    described = spec.describe()
+    if spec.kind == "tool" and spec.verifier is not None:
+        described["examples"] = example_transcripts(get_verifier(spec.verifier).examples, spec.verifier)
+    return json_response(described)
+
+
+def example_transcripts(examples: tuple[Example, ...], verifier: str) -> list[dict[str, Any]]:
+    """A tool environment's registered examples as listed by GET /v1/environments/{name}.
+
+    `task.prompt` is the transcript's opening messages (up to the first assistant message), so each entry says
+    what the policy was asked, what it did, what the reward must be, and how to replay it through /v1/score.
+    """
+    listed = []
+    for example in examples:
+        transcript = list(example.response) if isinstance(example.response, list) else [example.response]
+        first_turn = next(
+            (i for i, m in enumerate(transcript) if isinstance(m, dict) and m.get("role") == "assistant"),
+            len(transcript),
+        )
+        prefix = example.note.partition(":")[0].strip()
+        kind = "gold" if example.expect == 1.0 else prefix if prefix in ("cheat", "trivial") else "cheat"
+        listed.append(
+            {
+                "name": example.note,
+                "kind": kind,
+                "expected_reward": example.expect,
+                "task": {"prompt": transcript[:first_turn], "reference": example.reference},
+                "transcript": transcript,
+                "score_request": {
+                    "verifier": verifier,
+                    "response": example.response,
+                    "reference": example.reference,
+                    **({"options": example.options} if example.options else {}),
+                },
+            }
+        )
+    return listed
 
 
 @router.post(
