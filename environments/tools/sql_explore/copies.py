@@ -1,0 +1,197 @@
+"""Database files of `tool.sql_explore`: each session's own copy, and the derived copies scoring replays on.
+
+- A session copy: the database file copied, read-only (mode 0444), into the folder the sql verifier's jailed
+  workers see (`databases.stage_root`), under a random name; `close` deletes it. The worker opens every file
+  `mode=ro&immutable=1` with an authorizer that allows only reading, so the copy is never written either; it
+  exists so that nothing a session does can reach the bundled file. A database larger than
+  SESSION_COPY_MAX_BYTES is not copied: the session reads the verifier's own content-addressed read-only stage
+  of it (the same guards apply).
+- Derived copies (built once per database content by trusted code here, no model text runs, cached under the
+  sql cache folder): a query that only matched because the model pasted values it read in an observation
+  (`SELECT 8`, `SELECT max(age) + 89 - max(age) FROM member`) is a constant of the original data; on these
+  copies the gold's result moves and the constant does not. `scaled`: every numeric non-key column v becomes
+  2v + 1 (monotone, so orderings, groups and thresholds in text stay meaningful, but every sum, extreme and
+  average moves). `doubled`: every table gets a renamed duplicate of its rows (keys and numbers moved past
+  their column's range, dates moved on DATE_SHIFT_YEARS years, other text suffixed, foreign keys moved with
+  the keys they reference), so counts, distinct counts, extremes and listed values change while every key,
+  uniqueness and foreign-key constraint still holds and no new ties appear. A column (or table) whose CHECK
+  constraint refuses the new values is left as it was.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import shutil
+import sqlite3
+import threading
+from pathlib import Path
+
+from proctor.verifiers.sql.databases import cache_root, content_hash, stage_root, staged
+
+SESSION_COPY_MAX_BYTES = 8 * 1024 * 1024
+DERIVED_VERSION = "1"
+_lock = threading.Lock()
+
+
+def session_copy(source: Path) -> tuple[Path, bool]:
+    """A read-only file for one session to query: (path, whether it is the session's own copy to delete)."""
+    if source.stat().st_size > SESSION_COPY_MAX_BYTES:
+        return staged(source, f"{content_hash(source)}-0.sqlite"), False
+    target = stage_root() / f"sqlx-{secrets.token_hex(16)}.sqlite"
+    tmp = target.with_name(f".{target.name}.tmp")
+    shutil.copyfile(source, tmp)
+    tmp.chmod(0o444)
+    tmp.replace(target)
+    return target, True
+
+
+def _quote(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+def _tables(conn: sqlite3.Connection) -> list[str]:
+    rows = conn.execute(
+        "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%' ORDER BY name"
+    )
+    return [row[0] for row in rows]
+
+
+def _key_columns(conn: sqlite3.Connection, table: str) -> set[str]:
+    """Primary-key and unique columns of table, and the columns other tables' foreign keys point at."""
+    keys = {row[1] for row in conn.execute(f"PRAGMA table_info({_quote(table)})") if row[5]}
+    for index in conn.execute(f"PRAGMA index_list({_quote(table)})").fetchall():
+        if index[2]:  # unique
+            keys |= {row[2] for row in conn.execute(f"PRAGMA index_info({_quote(index[1])})") if row[2]}
+    for other in _tables(conn):
+        for fk in conn.execute(f"PRAGMA foreign_key_list({_quote(other)})"):
+            if fk[2] == table and fk[4]:  # None: it references the primary key, already a key
+                keys.add(fk[4])
+    return keys
+
+
+def _foreign_columns(conn: sqlite3.Connection, table: str) -> set[str]:
+    """The columns of table that are foreign keys."""
+    return {row[3] for row in conn.execute(f"PRAGMA foreign_key_list({_quote(table)})")}
+
+
+def _columns(conn: sqlite3.Connection, table: str) -> list[tuple[str, str]]:
+    return [(row[1], (row[2] or "").upper()) for row in conn.execute(f"PRAGMA table_info({_quote(table)})")]
+
+
+def _try(conn: sqlite3.Connection, statements: list[tuple[str, tuple]]) -> None:
+    """Run the statements as one savepoint; a constraint that refuses them leaves the column as it was."""
+    conn.execute("SAVEPOINT col")
+    try:
+        for sql, args in statements:
+            conn.execute(sql, args)
+    except sqlite3.DatabaseError:
+        conn.execute("ROLLBACK TO col")
+    conn.execute("RELEASE col")
+
+
+def scale(conn: sqlite3.Connection) -> None:
+    """Every numeric value of a non-key column v becomes 2v + 1."""
+    for table in _tables(conn):
+        keys = _key_columns(conn, table) | _foreign_columns(conn, table)
+        for name, declared in _columns(conn, table):
+            if name in keys or not any(t in declared for t in ("INT", "REAL", "FLOA", "DOUB", "NUM", "DEC")):
+                continue
+            column = _quote(name)
+            sql = (
+                f"UPDATE {_quote(table)} SET {column} = {column} * 2 + 1 "
+                f"WHERE typeof({column}) IN ('integer', 'real')"
+            )
+            _try(conn, [(sql, ())])
+
+
+DUPLICATE_SUFFIX = "#2"
+DATE_SHIFT_YEARS = 1000
+
+
+def _parent_of(conn: sqlite3.Connection, table: str) -> dict[str, tuple[str, str]]:
+    """Foreign-key columns of table -> (parent table, parent column; the parent's primary key when unnamed)."""
+    found = {}
+    for fk in conn.execute(f"PRAGMA foreign_key_list({_quote(table)})"):
+        parent, column = fk[2], fk[4]
+        if not column:
+            pks = [row[1] for row in conn.execute(f"PRAGMA table_info({_quote(parent)})") if row[5]]
+            column = pks[0] if pks else "rowid"
+        found[fk[3]] = (parent, column)
+    return found
+
+
+def _offset(conn: sqlite3.Connection, table: str, column: str) -> int:
+    """max - min + 1 of a column's numbers (1 without any): adding it moves every number past the old range."""
+    low, high = conn.execute(
+        f"SELECT min({_quote(column)}), max({_quote(column)}) FROM {_quote(table)} "
+        f"WHERE typeof({_quote(column)}) IN ('integer', 'real')"
+    ).fetchone()
+    return 1 if low is None else int(high - low) + 1
+
+
+def _shifted(column: str, offset: int) -> str:
+    """SQL for a value of the duplicated half: numbers moved past the column's range, dates moved
+    DATE_SHIFT_YEARS years on, other text suffixed, NULL and blobs kept."""
+    c = _quote(column)
+    return (
+        f"CASE WHEN typeof({c}) IN ('integer', 'real') THEN {c} + {offset} "
+        f"WHEN typeof({c}) = 'text' AND {c} GLOB '[0-9][0-9][0-9][0-9]-[0-9][0-9]-[0-9][0-9]*' "
+        f"THEN (CAST(substr({c}, 1, 4) AS INTEGER) + {DATE_SHIFT_YEARS}) || substr({c}, 5) "
+        f"WHEN typeof({c}) = 'text' THEN {c} || '{DUPLICATE_SUFFIX}' ELSE {c} END"
+    )
+
+
+def double(conn: sqlite3.Connection) -> None:
+    """Add to every table a renamed duplicate of its rows: keys and numbers moved past their ranges, dates
+    moved on, text suffixed, and each foreign key moved as the column it references, so the new half joins
+    within itself. Counts, distinct counts, sums, extremes and listed values all change; a constant does not."""
+    tables = _tables(conn)
+    offsets = {(t, name): _offset(conn, t, name) for t in tables for name, _ in _columns(conn, t)}
+    for table in tables:
+        parents = _parent_of(conn, table)
+        names = [name for name, _ in _columns(conn, table)]
+        values = []
+        for name in names:
+            parent = parents.get(name)
+            offset = offsets.get(parent, 1) if parent is not None else offsets[(table, name)]
+            values.append(_shifted(name, offset))
+        columns = ", ".join(_quote(name) for name in names)
+        sql = f"INSERT INTO {_quote(table)} ({columns}) SELECT {', '.join(values)} FROM {_quote(table)}"
+        _try(conn, [(sql, ())])
+
+
+def derived_copies(source: Path) -> list[Path]:
+    """The derived copies of a database (built on first use, then read from the cache folder)."""
+    db_hash = content_hash(source)
+    folder = cache_root() / "sql_explore" / f"{DERIVED_VERSION}-{db_hash}"
+    names = ["scaled", "doubled"]
+    paths = [folder / f"{name}.sqlite" for name in names]
+    if all(path.is_file() for path in paths):
+        return paths
+    with _lock:
+        folder.mkdir(parents=True, exist_ok=True)
+        folder.chmod(0o755)
+        for name, path in zip(names, paths, strict=True):
+            if path.is_file():
+                continue
+            tmp = path.with_name(f".{name}.{os.getpid()}.{threading.get_ident()}.tmp")
+            tmp.unlink(missing_ok=True)
+            src = sqlite3.connect(f"file:{source}?mode=ro&immutable=1", uri=True)
+            dst = sqlite3.connect(tmp, isolation_level=None)
+            try:
+                src.backup(dst)
+                dst.execute("PRAGMA foreign_keys = OFF")
+                dst.execute("BEGIN")
+                if name == "scaled":
+                    scale(dst)
+                else:
+                    double(dst)
+                dst.execute("COMMIT")
+                dst.execute("VACUUM")
+            finally:
+                src.close()
+                dst.close()
+            tmp.chmod(0o644)
+            tmp.replace(path)
+    return paths
