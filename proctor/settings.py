@@ -172,6 +172,43 @@ class Settings(BaseSettings):
         100_000, ge=0, description="Entries in the in-process LRU result cache; 0 disables it."
     )
 
+    # Scale-out: what replicas share (each part is used only when configured)
+    redis_url: str = Field(
+        "",
+        description="Redis that replicas share (redis://host:6379/0): the result cache, single-flight of expensive "
+        "items, tool sessions and per-token rate limits; empty: each process keeps its own.",
+    )
+    redis_cache_ttl_s: int = Field(
+        7 * 24 * 3600, ge=1, description="How long a score stays in the shared Redis cache, in seconds."
+    )
+    rate_limit_per_s: float = Field(
+        0.0,
+        ge=0,
+        description="Scoring requests per second one token (or one client address, without auth) may send, "
+        "shared across replicas through Redis; 0: no limit. Past it: 429 with Retry-After.",
+    )
+    rate_limit_burst: int = Field(
+        100, ge=1, description="Requests a token may send at once before rate_limit_per_s applies."
+    )
+    data_dir: str = Field(
+        "",
+        description="Where the service keeps its files (the default SQLite database for jobs and the audit "
+        "log, job uploads); empty: a folder under the user's data directory (~/.local/share/proctor).",
+    )
+    database_url: str = Field(
+        "",
+        description="SQLAlchemy URL of the database for batch jobs and the audit log "
+        "(postgresql+psycopg://user:pass@host/db for replicas); empty: a SQLite file in data_dir.",
+    )
+    audit_log: bool = Field(
+        False, description="Record every score (with its verifier version) in the database."
+    )
+    jobs_input_dir: str = Field(
+        "",
+        description="Folder whose files POST /v1/jobs may name as input_path; empty: jobs take uploads only, so "
+        "no caller can make the service read its other files.",
+    )
+
     # Compatibility routes (OpenRLHF, slime)
     default_verifier: str = Field(
         "text.match", description="Verifier for plain-string labels on compat routes."
