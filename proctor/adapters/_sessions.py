@@ -152,6 +152,22 @@ def status_of(score: Score | None) -> str:
     return "unfinished" if score is None else score.status.value
 
 
+def environment_tools(
+    environment: str, server_url: str | None = None, token: str | None = None
+) -> list[dict]:
+    """The environment's tools in OpenAI's shape, from `GET /v1/environments/{name}` (or this process's registry)."""
+    url = server_url_from_env(server_url)
+    if url is None:
+        from proctor.environments.tools.base import get_tool_environment
+
+        return [tool.openai() for tool in get_tool_environment(environment).tools()]
+    described = CLIENTS.sync(url, token)._call("GET", f"/v1/environments/{environment}")
+    tools = described.get("tools") if isinstance(described, Mapping) else None
+    if not tools:
+        raise ValueError(f"{environment!r} lists no tools: it is not a tool environment")
+    return list(tools)
+
+
 # -- rendering observations as text ------------------------------------------------------------------------
 
 

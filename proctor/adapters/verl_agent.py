@@ -42,9 +42,9 @@ from verl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopOutp
 from verl.tools.base_tool import BaseTool
 from verl.tools.schemas import OpenAIFunctionToolSchema, ToolResponse
 
-from proctor.adapters._common import CLIENTS, server_url_from_env
 from proctor.adapters._sessions import (
     Episode,
+    environment_tools,
     open_episode,
     render_prompt,
     render_with_tokenizer,
@@ -281,22 +281,6 @@ async def finish_request(request_id: str, final_text: str | None = None) -> floa
 
 
 # -- 3. verl's tool YAML from an environment's schemas ----------------------------------------------------------
-
-
-def environment_tools(
-    environment: str, server_url: str | None = None, token: str | None = None
-) -> list[dict]:
-    """The environment's tools in OpenAI's shape, from `GET /v1/environments/{name}` (or this process's registry)."""
-    url = server_url_from_env(server_url)
-    if url is None:
-        from proctor.environments.tools.base import get_tool_environment
-
-        return [tool.openai() for tool in get_tool_environment(environment).tools()]
-    described = CLIENTS.sync(url, token)._call("GET", f"/v1/environments/{environment}")
-    tools = described.get("tools") if isinstance(described, Mapping) else None
-    if not tools:
-        raise ValueError(f"{environment!r} lists no tools: it is not a tool environment")
-    return list(tools)
 
 
 def tool_config(
