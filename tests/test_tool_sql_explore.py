@@ -166,6 +166,8 @@ def test_reading_the_final_query():
     assert final_query("```sql\nSELECT 1\n```\n```sql\nSELECT 2\n```")[1] == "several_queries"
     assert final_query("<answer>SELECT 1</answer><answer>SELECT 2</answer>")[1] == "several_queries"
     assert final_query("```sql\nSELECT 1; SELECT 2\n```")[1] == "several_queries"
+    assert final_query("```sql\nSELECT 1\n```\n<answer>SELECT 2</answer>")[1] == "several_queries"
+    assert final_query("<answer>\n```sql\nSELECT 1\n```\n</answer>") == ("SELECT 1", "")
     assert final_query("SELECT count(*) FROM book")[1] == "no_query"  # prose, no block: no query
     assert final_query("<think>```sql\nSELECT 1\n```")[1] == "no_query"
     assert final_query("```python\nprint(1)\n```")[1] == "no_query"

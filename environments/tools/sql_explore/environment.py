@@ -10,8 +10,8 @@ The model is told the question and the database's name, not its schema: it explo
   worker's authorizer refuses them; the file is opened read-only and immutable besides).
 
 The final answer is the assistant text after the last observation. Its query is the one ```sql (or ```sqlite,
-or unlabeled) fenced block in it, else the one <answer>...</answer> tag, after any </think>; the block holds
-exactly one statement. It is graded by the `sql` verifier's `score_sql` (execution match, strict comparator)
+or unlabeled) fenced block in it (an <answer> tag may wrap it), else the one <answer>...</answer> tag, after
+any </think>; it holds exactly one statement, and a second block or tag beside it is `several_queries`. It is graded by the `sql` verifier's `score_sql` (execution match, strict comparator)
 with `perturbations` perturbed copies, and, when it matches, the same comparison is repeated on the derived
 copies of `copies.py`, where a query that pastes values read in an observation stops matching. Zero: no
 final answer, a final message that calls a tool, no query, several queries, not one SELECT, a wrong result.
@@ -237,7 +237,9 @@ def final_query(text: str) -> tuple[str | None, str]:
     if len(blocks) > 1:
         return None, "several_queries"
     answers = ANSWER.findall(visible)
-    if not blocks and len(answers) > 1:
+    # An <answer> tag around the block is the same query; any other tag beside a block is a second one.
+    loose = [answer for answer in answers if "```" not in answer]
+    if len(blocks) + len(loose) > 1 or (not blocks and len(answers) > 1):
         return None, "several_queries"
     candidate = blocks[0] if blocks else answers[0] if answers else None
     if candidate is None or not candidate.strip():
