@@ -180,22 +180,23 @@ def _content(message: Mapping[str, Any]) -> str:
     return ""
 
 
-def render_builtin(name: str, observations: Sequence[Mapping[str, Any]]) -> str:
+def render_builtin(name: str, observations: Sequence[Mapping[str, Any]], close_turn: bool = True) -> str:
     """Observations in a named built-in template, closing the assistant turn before them and opening the next.
 
     chatml: `<|im_end|>\\n<|im_start|>tool\\n...`; qwen: tool results inside `<tool_response>` in a user turn
-    (Qwen2.5 / Qwen3); llama3: `ipython` turns. The text begins where the policy's turn ends.
+    (Qwen2.5 / Qwen3); llama3: `ipython` turns. The text begins where the policy's turn ends: with the
+    end-of-turn token when `close_turn`, without it when the generated tokens already hold it.
     """
     if name not in BUILTIN_TEMPLATES:
         raise ValueError(f"unknown chat template {name!r}; built in: {', '.join(BUILTIN_TEMPLATES)}")
     if name == "llama3":
-        parts = ["<|eot_id|>"]
+        parts = ["<|eot_id|>" if close_turn else ""]
         for message in observations:
             role = "ipython" if message.get("role") == "tool" else str(message.get("role", "user"))
             parts.append(f"<|start_header_id|>{role}<|end_header_id|>\n\n{_content(message)}<|eot_id|>")
         parts.append("<|start_header_id|>assistant<|end_header_id|>\n\n")
         return "".join(parts)
-    parts = ["<|im_end|>\n"]
+    parts = ["<|im_end|>\n" if close_turn else "\n"]
     if name == "qwen":
         tools = [m for m in observations if m.get("role") == "tool"]
         if tools:
