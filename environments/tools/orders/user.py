@@ -1,0 +1,215 @@
+"""The scripted customer of `tool.orders`: deterministic, so a transcript replays to the same replies.
+
+The user reads each assistant message without a tool call (its text after any `<think>` block) and answers,
+in this order of precedence:
+
+1. A confirmation request (the word `confirm` and a question mark): the user reads the proposed action from
+   the text (the action's word: cancel / exchange / address / refund, in that precedence; the order ids; for
+   a refund the dollar amounts and the payment method ids; for an exchange the item ids; for an address its
+   line, city and zip; for a cancellation the reason) and says `yes` only when it is exactly the write they
+   want (`reference.wanted`), down to every detail. That yes lets the next write call, and only the next one,
+   count as confirmed when it is exactly that action (`Shop.confirmed`). Anything else is a `no`.
+2. The end: for an `act` task once the session's database equals the gold database, for a `refuse` task once
+   the agent says it cannot, for an `inform` task once the agent states a date or an amount, the user thanks
+   the agent and ends with STOP (the session ends: `env_terminal`). For a `transfer` task a refusal makes the
+   user ask for a human.
+3. Facts, only when asked: the email (`email`), name and zip (`zip`, `postal`), the order id (`order id`,
+   `order number`, `which order`), the reason (`reason`, `why`), the new address (`address`), the payment
+   method (`payment`), the item and variant (`item`, `variant`, `which one`).
+4. Otherwise the user repeats the request.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import date
+from typing import Any
+
+from proctor.environments.tools.orders.tasks import OrdersReference
+from proctor.environments.tools.orders.tools import Shop, canonical_action
+
+STOP = "###STOP###"
+ORDER_ID = re.compile(r"\bO\d{5}\b")
+ITEM_ID = re.compile(r"\bI\d{6}\b")
+PAYMENT_ID = re.compile(r"\b(?:card|gift_card|paypal)_\d{4}\b")
+_THINK = re.compile(r"<think>.*?</think>|<think>.*\Z", re.S | re.I)
+_CONFIRM = re.compile(r"\bconfirm", re.I)
+_REFUSAL = re.compile(
+    r"\b(?:cannot|can ?not|can't|can’t|unable|not able|not possible|not eligible|not allowed|won't be able)\b",
+    re.I,
+)
+_ACTION_WORDS = (
+    ("cancel_order", re.compile(r"\bcancel", re.I)),
+    ("exchange_items", re.compile(r"\bexchang", re.I)),
+    ("change_address", re.compile(r"\baddress", re.I)),
+    ("refund", re.compile(r"\brefund", re.I)),
+)
+_TOPICS = (
+    ("email", re.compile(r"\be-?mail", re.I)),
+    ("name_zip", re.compile(r"\bzip\b|\bpostal|\bpost ?code", re.I)),
+    ("order_id", re.compile(r"\border (?:id|number)|\bwhich order", re.I)),
+    ("reason", re.compile(r"\breason|\bwhy\b", re.I)),
+    ("address", re.compile(r"\baddress", re.I)),
+    ("payment", re.compile(r"\bpayment", re.I)),
+    ("items", re.compile(r"\bitems?\b|\bvariant|\bwhich one\b", re.I)),
+)
+
+
+def visible_text(text: str) -> str:
+    """What the customer sees of an assistant message: the text without `<think>` blocks."""
+    return _THINK.sub(" ", text)
+
+
+_MONEY = re.compile(
+    r"(?:\$|\busd\s?)\s*(?P<a>\d{1,3}(?:,\d{3})+|\d+)(?:\.(?P<b>\d{1,2}))?(?!\d)"
+    r"|\b(?P<c>\d{1,3}(?:,\d{3})+|\d+)(?:\.(?P<d>\d{1,2}))?\s*(?:dollars?|usd)\b",
+    re.I,
+)
+_ISO_DATE = re.compile(r"\b(\d{4})-(\d{2})-(\d{2})\b")
+_MONTHS = {
+    name: number
+    for number, names in enumerate(
+        (("january", "jan"), ("february", "feb"), ("march", "mar"), ("april", "apr"), ("may",), ("june", "jun"),
+         ("july", "jul"), ("august", "aug"), ("september", "sep", "sept"), ("october", "oct"),
+         ("november", "nov"), ("december", "dec")),
+        start=1,
+    )
+    for name in names
+}  # fmt: skip
+_MONTH = "(?P<m>" + "|".join(sorted(_MONTHS, key=len, reverse=True)) + r")\.?"
+_DAY = r"(?P<d>\d{1,2})(?:st|nd|rd|th)?"
+_WORD_DATE = re.compile(
+    rf"\b{_MONTH}\s+{_DAY},?\s+(?P<y>\d{{4}})\b|\b{_DAY.replace('?P<d>', '?P<d2>')}\s+"
+    rf"{_MONTH.replace('?P<m>', '?P<m2>')},?\s+(?P<y2>\d{{4}})\b",
+    re.I,
+)
+
+
+def amounts(text: str) -> list[int]:
+    """Every money amount the text states, in cents, in order: `$45`, `$1,045.50`, `45.50 dollars`,
+    `USD 45`. A bare number (an id, a count of days) is not money."""
+    found = []
+    for match in _MONEY.finditer(text):
+        whole = (match.group("a") or match.group("c")).replace(",", "")
+        cents = match.group("b") or match.group("d") or "0"
+        found.append(int(whole) * 100 + int(cents.ljust(2, "0")))
+    return found
+
+
+def dates(text: str) -> list[str]:
+    """Every calendar date the text states, as ISO strings, in order: `2026-06-20`, `June 20, 2026`,
+    `20 June 2026`, `Jun 20th 2026`. Impossible dates are skipped."""
+    found: list[tuple[int, str]] = []
+    for match in _ISO_DATE.finditer(text):
+        found += [
+            (match.start(), iso) for iso in [_iso(match.group(1), match.group(2), match.group(3))] if iso
+        ]
+    for match in _WORD_DATE.finditer(text):
+        month = _MONTHS[(match.group("m") or match.group("m2")).casefold()]
+        day, year = match.group("d") or match.group("d2"), match.group("y") or match.group("y2")
+        iso = _iso(year, str(month), day)
+        if iso:
+            found.append((match.start(), iso))
+    return [iso for _, iso in sorted(found)]
+
+
+def _iso(year: str, month: str, day: str) -> str | None:
+    try:
+        return date(int(year), int(month), int(day)).isoformat()
+    except ValueError:
+        return None
+
+
+def proposed_action(text: str, reference: OrdersReference) -> dict[str, Any] | None:
+    """The write a confirmation request proposes, as `canonical_action` writes it, or None when it names no
+    action word or not exactly one order."""
+    name = next((name for name, pattern in _ACTION_WORDS if pattern.search(text)), None)
+    orders = set(ORDER_ID.findall(text))
+    if name is None or len(orders) != 1:
+        return None
+    order_id = orders.pop()
+    lowered = " ".join(text.casefold().split())
+    if name == "cancel_order":
+        from proctor.environments.tools.orders.database import CANCEL_REASONS
+
+        reasons = [reason for reason in CANCEL_REASONS if reason in lowered]
+        return canonical_action(
+            name, {"order_id": order_id, "reason": reasons[0] if len(reasons) == 1 else ""}
+        )
+    if name == "refund":
+        money = set(amounts(text))
+        methods = set(PAYMENT_ID.findall(text))
+        if len(money) != 1 or len(methods) != 1:
+            return None
+        return canonical_action(
+            name, {"order_id": order_id, "amount": money.pop() / 100, "payment_method_id": methods.pop()}
+        )
+    if name == "exchange_items":
+        wanted = reference.wanted
+        if wanted is None or wanted.name != name:
+            return None
+        mentioned = set(ITEM_ID.findall(text))
+        old, new = wanted.arguments.get("item_ids", []), wanted.arguments.get("new_item_ids", [])
+        if mentioned != {*old, *new}:
+            return None  # the user agrees only to the exact items they asked for, and no others
+        return canonical_action(name, {"order_id": order_id, "item_ids": old, "new_item_ids": new})
+    address = reference.user.address
+    if address is None:
+        return None
+    parts = {"line1": address.line1, "city": address.city, "zip": address.zip}
+    if any(" ".join(value.casefold().split()) not in lowered for value in parts.values()):
+        return None
+    return canonical_action(name, {"order_id": order_id, **parts})
+
+
+def _facts(reference: OrdersReference) -> dict[str, str]:
+    user = reference.user
+    told = {
+        "email": f"My email is {user.email}.",
+        "name_zip": f"I'm {user.first_name} {user.last_name}, zip code {user.zip}.",
+        "order_id": f"The order id is {user.order_id}.",
+    }
+    if user.reason:
+        told["reason"] = f"The reason is: {user.reason}."
+    if user.address is not None:
+        told["address"] = f"The new address is {user.address.line1}, {user.address.city}, {user.address.zip}."
+    if user.payment_method_id:
+        told["payment"] = f"Please use the original payment method of the order, {user.payment_method_id}."
+    if user.items:
+        told["items"] = user.items
+    return told
+
+
+def user_reply(
+    reference: OrdersReference, shop: Shop, message: str, gold_db: dict[str, Any]
+) -> tuple[str, bool]:
+    """The user's answer to an assistant message without tool calls, and whether it ends the conversation.
+
+    Sets (or clears) `shop.confirmed`: a yes confirms exactly the wanted action for the next write only."""
+    text = visible_text(message)
+    shop.confirmed = None
+    if _CONFIRM.search(text) and "?" in text:
+        proposal = proposed_action(text, reference)
+        wanted = reference.wanted
+        if (
+            wanted is not None
+            and proposal is not None
+            and proposal == canonical_action(wanted.name, wanted.arguments)
+        ):
+            shop.confirmed = proposal
+            return "Yes, I confirm.", False
+        return "No, that is not what I asked for.", False
+    outcome = reference.outcome
+    if outcome == "act" and shop.db == gold_db:
+        return f"Thank you, that's all I needed. {STOP}", True
+    if outcome == "refuse" and _REFUSAL.search(text):
+        return f"I see. Thank you for explaining. {STOP}", True
+    if outcome == "inform" and (dates(text) or amounts(text)):
+        return f"Thanks for letting me know. {STOP}", True
+    if outcome == "transfer" and _REFUSAL.search(text):
+        return "Then please transfer me to a human agent.", False
+    told = _facts(reference)
+    answers = [told[topic] for topic, pattern in _TOPICS if pattern.search(text) and topic in told]
+    if answers:
+        return " ".join(dict.fromkeys(answers)), False
+    return f"Could you please help me with this? {reference.request}", False
