@@ -5,7 +5,10 @@
   `mode=ro&immutable=1` with an authorizer that allows only reading, so the copy is never written either; it
   exists so that nothing a session does can reach the bundled file. A database larger than
   SESSION_COPY_MAX_BYTES is not copied: the session reads the verifier's own content-addressed read-only stage
-  of it (the same guards apply).
+  of it (the same guards apply). Copies share a byte budget per process (SESSION_COPIES_MAX_BYTES): past it,
+  a session reads the shared stage too, so a client opening thousands of sessions cannot fill the disk. Each
+  call touches its copy; a copy unused for STALE_COPY_S (longer than any session's idle time-to-live) was left
+  by a process that died, and the next session copy sweeps it.
 - Derived copies (built once per database content by trusted code here, no model text runs, cached under the
   sql cache folder): a query that only matched because the model pasted values it read in an observation
   (`SELECT 8`, `SELECT max(age) + 89 - max(age) FROM member`) is a constant of the original data; on these
@@ -20,30 +23,87 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
 import shutil
 import sqlite3
 import threading
+import time
 from pathlib import Path
 
-from proctor.verifiers.sql.databases import cache_root, content_hash, stage_root, staged
+from proctor.verifiers.sql.databases import ConfigError, cache_root, content_hash, stage_root, staged
 
 SESSION_COPY_MAX_BYTES = 8 * 1024 * 1024
+SESSION_COPIES_MAX_BYTES = 512 * 1024 * 1024
+"""Bytes of all live session copies of this process; past it sessions read the shared read-only stage."""
+STALE_COPY_S = 2 * 86_400.0
+"""A session copy unused this long (twice the longest idle time-to-live of a session) belongs to no session."""
+SWEEP_EVERY_S = 600.0
 DERIVED_VERSION = "1"
 _lock = threading.Lock()
+_budget_lock = threading.Lock()
+_copied_bytes = 0
+_copy_sizes: dict[Path, int] = {}
+_last_sweep = 0.0
 
 
 def session_copy(source: Path) -> tuple[Path, bool]:
     """A read-only file for one session to query: (path, whether it is the session's own copy to delete)."""
-    if source.stat().st_size > SESSION_COPY_MAX_BYTES:
+    global _copied_bytes
+    _sweep_stale()
+    size = source.stat().st_size
+    with _budget_lock:
+        fits = size <= SESSION_COPY_MAX_BYTES and _copied_bytes + size <= SESSION_COPIES_MAX_BYTES
+        if fits:
+            _copied_bytes += size
+    if not fits:
         return staged(source, f"{content_hash(source)}-0.sqlite"), False
     target = stage_root() / f"sqlx-{secrets.token_hex(16)}.sqlite"
     tmp = target.with_name(f".{target.name}.tmp")
-    shutil.copyfile(source, tmp)
-    tmp.chmod(0o444)
-    tmp.replace(target)
+    try:
+        shutil.copyfile(source, tmp)
+        tmp.chmod(0o444)
+        tmp.replace(target)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        with _budget_lock:
+            _copied_bytes -= size
+        raise
+    with _budget_lock:
+        _copy_sizes[target] = size
     return target, True
+
+
+def release_copy(path: Path) -> None:
+    """Delete a session's own copy and give its bytes back to the budget (idempotent, never raises)."""
+    global _copied_bytes
+    with _budget_lock:
+        _copied_bytes -= _copy_sizes.pop(path, 0)
+    with contextlib.suppress(OSError):
+        path.unlink(missing_ok=True)
+
+
+def touch_copy(path: Path) -> None:
+    """Mark a session's copy as in use, so the stale sweep leaves it alone."""
+    with contextlib.suppress(OSError):
+        os.utime(path)
+
+
+def _sweep_stale() -> None:
+    """Delete session copies nobody used for STALE_COPY_S: left behind by a process that died (at most once
+    per SWEEP_EVERY_S)."""
+    global _last_sweep
+    now = time.time()
+    with _budget_lock:
+        if now - _last_sweep < SWEEP_EVERY_S:
+            return
+        _last_sweep = now
+    with contextlib.suppress(OSError, ConfigError):
+        for path in stage_root().glob("sqlx-*.sqlite"):
+            with contextlib.suppress(OSError):
+                if now - path.stat().st_mtime > STALE_COPY_S:
+                    path.unlink()
 
 
 def _quote(name: str) -> str:

@@ -21,11 +21,12 @@ A worker or gold failure is a non-ok status, never 0. Registered at the bottom o
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
+import os
 import random
 import re
 import sqlite3
+import threading
 import time
 from dataclasses import dataclass
 from functools import cache
@@ -48,7 +49,12 @@ from proctor.environments.tools.base import (
     final_messages,
     register_tool_environment,
 )
-from proctor.environments.tools.sql_explore.copies import derived_copies, session_copy
+from proctor.environments.tools.sql_explore.copies import (
+    derived_copies,
+    release_copy,
+    session_copy,
+    touch_copy,
+)
 from proctor.io import dataset_roots
 from proctor.registry import Example
 from proctor.settings import get_settings
@@ -56,9 +62,9 @@ from proctor.verifiers.reading import after_think, clip, fenced_blocks
 from proctor.verifiers.sql import verifier as sql_verifier
 from proctor.verifiers.sql.compare import decode_row
 from proctor.verifiers.sql.databases import ConfigError, database_path, database_root, stage_root
-from proctor.verifiers.sql.extract import SQL_FENCE_LABELS, check_select, split_statements
+from proctor.verifiers.sql.extract import SQL_FENCE_LABELS, check_select, extract_sql, split_statements
 from proctor.verifiers.sql.verifier import SqliteReference, SqlOptions, score_sql
-from proctor.verifiers.sql.workers import Mounts, WallClockOverrun, WorkerError, shared_pool
+from proctor.verifiers.sql.workers import Mounts, WallClockOverrun, WorkerError, shared_pool, wall_backstop
 
 NAME = "tool.sql_explore"
 VERSION = "1"
@@ -72,6 +78,22 @@ CELL_CHARS = 200
 """A cell's text in an observation is cut to this many characters."""
 DEFAULT_PERTURBATIONS = 4
 QUESTIONS_FILE = "questions.jsonl"
+RETRY_WALL_FACTOR = 10.0
+"""A query stopped at the wall-clock backstop (it got no CPU) runs once more with this many times its CPU
+limit as backstop, before the stop counts as the machine's failure."""
+
+
+def _cores() -> int:
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return max(1, os.cpu_count() or 1)
+
+
+_QUERY_SLOTS = threading.BoundedSemaphore(_cores())
+"""Worker queries this process runs at once (tool calls and grades): one per core. Unbounded, a batch of
+rollouts that all send CPU-heavy queries starves every worker into the wall-clock backstop, a masked
+`timeout`, where each query alone would have used its CPU seconds and been the policy's own time-out."""
 ANSWER = re.compile(r"<answer>(.*?)</answer>", re.S | re.I)
 
 INSTRUCTIONS = (
@@ -246,6 +268,10 @@ def final_query(text: str) -> tuple[str | None, str]:
         return None, "no_query"
     if len(split_statements(candidate)) > 1:
         return None, "several_queries"
+    # A fence or tag inside the query (a longer fence around a ```sql block in a comment) is a second query:
+    # the sql verifier would read the inner one, so the query graded would not be the query written.
+    if fenced_blocks(candidate) or ANSWER.search(candidate) or after_think(candidate) != candidate:
+        return None, "several_queries"
     return candidate.strip(), ""
 
 
@@ -260,7 +286,16 @@ def _zero(reason: str, **details: Any) -> Verdict:
 
 
 def grade(reference: SqlExploreReference, transcript: list[ChatMessage]) -> Verdict:
-    """The verdict on a transcript (blocking: it runs queries in the sandboxed workers)."""
+    """The verdict on a transcript (blocking: it runs queries in the sandboxed workers, one query slot held).
+    A grade stopped at the wall-clock backstop (an oversubscribed machine) is tried once more."""
+    with _QUERY_SLOTS:
+        verdict = _grade(reference, transcript)
+        if verdict.status is Status.timeout:
+            verdict = _grade(reference, transcript)
+    return verdict
+
+
+def _grade(reference: SqlExploreReference, transcript: list[ChatMessage]) -> Verdict:
     if not final_messages(transcript):
         return _zero("no_answer")
     answer = final_answer(transcript, [SQL_TOOL])
@@ -272,6 +307,8 @@ def grade(reference: SqlExploreReference, transcript: list[ChatMessage]) -> Verd
     tree, problem = check_select(sql)
     if tree is None:
         return _zero("not_select", sql=clip(sql, 2000), error=problem)
+    # The text the sql verifier runs (it reads its response once more): the derived copies run the same text.
+    sql = extract_sql(sql)
     plain = SqliteReference(db_id=reference.db_id, gold=reference.gold)
     options = SqlOptions(perturbations=reference.perturbations)
     verdict = score_sql(sql, plain, options)
@@ -409,8 +446,9 @@ class SqlExplore(ToolEnvironment):
         if code == "time_limit":
             text = f"Error: the query ran out of time ({state.timeout_s:g} CPU seconds)."
             return self._result(text, "timeout", started, state, state.timeout_s * 1000)
-        if code == "too_large":
-            return self._result(_too_many(), "error", started, state, cpu_ms)
+        if code == "too_large":  # rows, bytes, cells or the worker's memory: say which
+            text = f"Error: the result is too large ({clip(message, 200)}); narrow the query (WHERE, an aggregate, or LIMIT)."
+            return self._result(text, "error", started, state, cpu_ms)
         if code == "not_allowed":
             text = f"Error: not allowed: the sql tool only reads ({clip(message, 200)})."
             return self._result(text, "error", started, state, cpu_ms)
@@ -418,8 +456,11 @@ class SqlExplore(ToolEnvironment):
 
     @staticmethod
     def _run(state: SqlState, query: str) -> dict[str, Any]:
-        """One query in a sandboxed sql worker (the sql verifier's pool), on the session's copy."""
+        """One query in a sandboxed sql worker (the sql verifier's pool), on the session's copy, in a query slot;
+        a wall-clock stop (the query got no CPU) is run once more with a longer backstop."""
         assert state.path is not None
+        if state.owned:
+            touch_copy(state.path)
         backend = "local" if get_settings().sandbox_backend == "local" else "nsjail"
         request = {
             "sql": query,
@@ -428,7 +469,13 @@ class SqlExplore(ToolEnvironment):
             "max_bytes": TOOL_MAX_BYTES,
             "max_cells": TOOL_MAX_CELLS,
         }
-        return shared_pool().run(Mounts((str(stage_root()),)), backend, state.path, request)
+        mounts = Mounts((str(stage_root()),))
+        with _QUERY_SLOTS:
+            reply = shared_pool().run(mounts, backend, state.path, request)
+            if reply.get("error") == "wall_limit":
+                longer = max(RETRY_WALL_FACTOR * state.timeout_s, 2 * wall_backstop(state.timeout_s))
+                reply = shared_pool().run(mounts, backend, state.path, {**request, "wall_s": longer})
+        return reply
 
     @staticmethod
     def _result(
@@ -449,8 +496,7 @@ class SqlExplore(ToolEnvironment):
         path, owned = state.path, state.owned
         state.path = None
         if path is not None and owned:
-            with contextlib.suppress(OSError):
-                path.unlink(missing_ok=True)
+            release_copy(path)
 
     async def score(self, reference: Any, transcript: list[ChatMessage]) -> Verdict:
         """Execution match of the final query; see `grade` (run on a thread: it waits on the workers)."""
