@@ -331,6 +331,7 @@ EXPECTED_REASONS = {
     "transfer_to_human to dodge": ("database_mismatch", None),
     "refusing an allowed refund": ("database_mismatch", None),
     "refusing without the fact": ("missing_fact", None),
+    "a guessed date, never looked up": ("fact_not_looked_up", None),
     "a write with a gold argument left out": ("database_mismatch", None),
 }
 
@@ -403,6 +404,26 @@ def test_trivial_policies_earn_at_most_five_percent_over_120_tasks():
     assert set(totals) == {"no call", "every tool", "random arguments", "repeating the question"}
     for note, total in totals.items():
         assert total / len(tasks) <= 0.05, (note, total / len(tasks))
+
+
+def test_guessing_a_date_without_looking_the_order_up_earns_nothing():
+    """The class: for every task whose fact is a date, two candidate dates (the right one among them) stated
+    after authenticating but without get_order score 0, while the same words after get_order score 1."""
+    seen = 0
+    for task in ORDERS.make_tasks("train", 2, 120):
+        reference = OrdersReference.model_validate(task.reference)
+        if reference.outcome != "inform":
+            continue
+        seen += 1
+        right = reference.facts[0].value
+        decoy = TODAY.isoformat()
+        opening = gold_script(reference)[:3]
+        words = f"It arrives on {right}, or possibly {decoy}."
+        verdict = graded(task.reference, play(reference, [*opening, words]))
+        assert verdict.reward == 0.0 and verdict.reason == "fact_not_looked_up", verdict
+        looked = [*opening, [("get_order", {"order_id": reference.user.order_id})], words]
+        assert graded(task.reference, play(reference, looked)).reward == 1.0
+    assert seen >= 5
 
 
 def test_bad_references_are_422():

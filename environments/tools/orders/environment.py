@@ -267,7 +267,7 @@ def gold_script(reference: OrdersReference) -> list[Step]:
             f"I'm sorry, order {oid} was delivered on {fact}, over 30 days ago, so I cannot refund it."
         )
     elif reference.kind == "refund_over_cap":
-        script.append([("transfer_to_human", {"summary": f"Refund above the cap requested on order {oid}."})])
+        script.append([(action.name, dict(action.arguments)) for action in reference.actions])
     elif reference.kind == "delivery_date":
         script.append(f"Order {oid} has shipped and is expected to arrive on {fact}.")
     else:
@@ -426,6 +426,10 @@ def cheat_scripts(kind_tasks: dict[str, Task]) -> dict[str, tuple[OrdersReferenc
         "transfer_to_human to dodge": (refund, [*pre, [("transfer_to_human", {"summary": "refund"})]]),
         "refusing an allowed refund": (refund, [*pre, f"I'm sorry, I cannot refund ${amount}."]),
         "refusing without the fact": (late, [*_opening(late), "I'm sorry, I cannot refund that order."]),
+        "a guessed date, never looked up": (
+            when,
+            [_opening(when)[0], _opening(when)[1], f"Your order arrives on {when.facts[0].value}."],
+        ),
         "a write with a gold argument left out": (
             refund,
             [

@@ -16,6 +16,8 @@ when all of these hold, else 0 with the first failing reason:
 - `database_mismatch`: the final database differs from the gold one (`details.diff` lists the differences);
 - `missing_fact`: a required fact (a money amount or a date) is not among the values the agent's own messages
   state (messages without tool calls, `<think>` removed; values read as numbers and dates, never substrings);
+- `fact_not_looked_up`: the agent stated a required fact that no tool it called had shown it (the value, as
+  the tools write it, in no successful observation of the replay): a guessed date or amount earns nothing;
 - `too_many_values`: the agent's messages state more than MAX_VALUES_PER_SLOT distinct amounts (or dates),
   so listing every candidate earns nothing.
 """
@@ -49,6 +51,8 @@ class Conversation:
     gold_db: dict[str, Any]
     ended: bool = False
     agent_texts: list[str] = field(default_factory=list)
+    observed: list[str] = field(default_factory=list)
+    """The text of every tool call that succeeded, in order: what the agent was shown."""
 
     @classmethod
     def open(cls, reference: OrdersReference) -> Conversation:
@@ -57,7 +61,10 @@ class Conversation:
 
     def call(self, name: str, arguments: dict[str, Any]) -> tuple[str, str]:
         """Run one tool call on the shop."""
-        return self.shop.call(name, arguments)
+        text, status = self.shop.call(name, arguments)
+        if status == "ok":
+            self.observed.append(text)
+        return text, status
 
     def reply(self, message: str) -> str:
         """The user's reply to an assistant message without tool calls (the conversation may end)."""
@@ -152,11 +159,16 @@ def grade(reference: OrdersReference, transcript: list[ChatMessage]) -> Verdict:
     same = shop.db == gold
     facts = read_facts(conversation.agent_texts)
     missing = [fact.model_dump() for fact in reference.facts if fact.value not in facts[fact.slot]]
+    unseen = [
+        fact.model_dump()
+        for fact in reference.facts
+        if not any(f'"{fact.value}"' in text for text in conversation.observed)
+    ]
     crowded = {slot: len(values) for slot, values in facts.items() if len(values) > MAX_VALUES_PER_SLOT}
     components = {
         "actions": 0.0 if bad else 1.0,
         "database": 1.0 if same else 0.0,
-        "facts": 0.0 if missing or crowded else 1.0,
+        "facts": 0.0 if missing or crowded or unseen else 1.0,
     }
     details: dict[str, Any] = {
         "writes": len(shop.log),
@@ -178,6 +190,9 @@ def grade(reference: OrdersReference, transcript: list[ChatMessage]) -> Verdict:
     elif missing:
         reason = "missing_fact"
         details["missing"] = missing
+    elif unseen:
+        reason = "fact_not_looked_up"
+        details["not_looked_up"] = unseen
     return Verdict(
         reward=1.0 if reason is None else 0.0,
         correct=reason is None,
