@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -91,6 +92,40 @@ def test_the_query_graded_is_exactly_the_one_read():
     assert why == "" and query == "SELECT count(*) FROM book -- a comment with ``` in it"
     verdict = verdict_on(COUNT_GOLD, f"````sql\n{query}\n````")
     assert verdict.reward == 1.0 and verdict.details["sql"] == query, verdict
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "<answer>a</answer> x <ANSWER>b<answer>c</Answer> y <answer>d",
+        "no tags",
+        "<answer></answer><answer>\n</answer>",
+        "</answer><answer>x</answer>",
+    ],
+)
+def test_answer_tags_are_read_as_the_non_greedy_regex_reads_them(text: str):
+    assert sqlx.answer_tags(text) == re.findall(r"<answer>(.*?)</answer>", text, re.S | re.I)
+
+
+@pytest.mark.parametrize(
+    ("text", "reward"),
+    [
+        (
+            "<answer>" * 125_000,
+            0.0,
+        ),  # 1 MB, a session's largest message: the regex retried from every open tag
+        (f"```sql\n{COUNT_GOLD}\n```\n" + "<answer>" * 125_000, 1.0),  # the block is still the answer
+        (
+            "```sql\nSELECT 1 /* " + "<answer>" * 125_000 + " */\n```",
+            0.0,
+        ),  # the verifier's regex on the block
+    ],
+)
+def test_a_message_of_unclosed_answer_tags_is_read_in_one_pass(text: str, reward: float):
+    # Before the fix each of these took the grading thread hours of CPU (quadratic), ending the episode as a
+    # masked timeout instead of its verdict. Finishing at all is the check; the verdict is an ordinary one.
+    verdict = verdict_on(COUNT_GOLD, text)
+    assert verdict.status is Status.ok and verdict.reward == reward, verdict
 
 
 # -- observations say which cap was hit -----------------------------------------------------------------------

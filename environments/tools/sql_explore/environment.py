@@ -94,7 +94,8 @@ _QUERY_SLOTS = threading.BoundedSemaphore(_cores())
 """Worker queries this process runs at once (tool calls and grades): one per core. Unbounded, a batch of
 rollouts that all send CPU-heavy queries starves every worker into the wall-clock backstop, a masked
 `timeout`, where each query alone would have used its CPU seconds and been the policy's own time-out."""
-ANSWER = re.compile(r"<answer>(.*?)</answer>", re.S | re.I)
+ANSWER_OPEN = re.compile(r"<answer>", re.I)
+ANSWER_CLOSE = re.compile(r"</answer>", re.I)
 
 INSTRUCTIONS = (
     "Answer the question below with one SQLite query over the database {db_id!r}. You are not shown its "
@@ -250,6 +251,21 @@ def _too_many() -> str:
 # -- reading and grading the final answer ---------------------------------------------------------------------
 
 
+def answer_tags(text: str) -> list[str]:
+    """The contents of the <answer>...</answer> tags of text, each open tag closed by the first close after it
+    (what `re.findall(r"<answer>(.*?)</answer>", text, re.S | re.I)` gives), in one pass: that regex retries
+    from every unclosed open tag, quadratic in a message of many (a policy's way to stall its own grade)."""
+    found: list[str] = []
+    position = 0
+    while (opened := ANSWER_OPEN.search(text, position)) is not None:
+        closed = ANSWER_CLOSE.search(text, opened.end())
+        if closed is None:
+            break  # no close after this open, so none after any later open either
+        found.append(text[opened.end() : closed.start()])
+        position = closed.end()
+    return found
+
+
 def final_query(text: str) -> tuple[str | None, str]:
     """(the final answer's query, "") or (None, why there is none: no_query, several_queries)."""
     visible = after_think(text)
@@ -258,7 +274,7 @@ def final_query(text: str) -> tuple[str | None, str]:
     blocks = [b.code for b in fenced_blocks(visible) if b.info in SQL_FENCE_LABELS or not b.info]
     if len(blocks) > 1:
         return None, "several_queries"
-    answers = ANSWER.findall(visible)
+    answers = answer_tags(visible)
     # An <answer> tag around the block is the same query; any other tag beside a block is a second one.
     loose = [answer for answer in answers if "```" not in answer]
     if len(blocks) + len(loose) > 1 or (not blocks and len(answers) > 1):
@@ -270,7 +286,8 @@ def final_query(text: str) -> tuple[str | None, str]:
         return None, "several_queries"
     # A fence or tag inside the query (a longer fence around a ```sql block in a comment) is a second query:
     # the sql verifier would read the inner one, so the query graded would not be the query written.
-    if fenced_blocks(candidate) or ANSWER.search(candidate) or after_think(candidate) != candidate:
+    # Any open tag at all: the sql verifier's own tag regex would retry from each one (quadratic).
+    if fenced_blocks(candidate) or ANSWER_OPEN.search(candidate) or after_think(candidate) != candidate:
         return None, "several_queries"
     return candidate.strip(), ""
 
