@@ -42,6 +42,7 @@ BUILTIN_VERIFIERS: dict[str, str] = {
     "tool.math_python": "proctor.environments.tools.math_python",
     "tool.math_python_persistent": "proctor.environments.tools.math_python",
     "tool.search_qa": "proctor.environments.tools.search_qa.environment",
+    "tool.orders": "proctor.environments.tools.orders.environment",
     "tool.sql_explore": "proctor.environments.tools.sql_explore.environment",
     "demo.": "proctor.environments.demo.tasks",  # a name ending in "." covers every name with that prefix
     "puzzle.": "proctor.environments.puzzles",  # imports every puzzle family module (environments/puzzles/__init__.py)
