@@ -35,6 +35,10 @@ class TrainConfig(BaseModel):
     tokenizer_alphabet: str | None = Field(
         default=None, description="Build a character-level tokenizer with a chat template locally."
     )
+    tokenizer_tokens: list[str] = Field(
+        default_factory=list,
+        description="Whole tokens added to tokenizer_alphabet's: a tool call (lookup()), the <|tool|> role.",
+    )
     device: str = Field(
         default="auto", description="auto (cuda when available, else cpu), cpu, cuda, cuda:1 ..."
     )
@@ -49,7 +53,9 @@ class TrainConfig(BaseModel):
     )
 
     # -- prompts and scoring ---------------------------------------------------------------------------
-    task: str | None = Field(default=None, description="Environment to draw prompts from: demo.*, puzzle.*.")
+    task: str | None = Field(
+        default=None, description="Environment to draw prompts from: demo.*, puzzle.*, tool.* (multi-turn)."
+    )
     task_difficulty: str | None = Field(
         default=None, description="The environment's level (easy, medium, hard)."
     )
@@ -74,7 +80,15 @@ class TrainConfig(BaseModel):
     # -- sampling ------------------------------------------------------------------------------------
     prompts_per_step: int = Field(default=8, ge=1, description="Prompts (groups) trained on per step.")
     group_size: int = Field(default=8, ge=2, description="Completions sampled per prompt (G).")
-    max_new_tokens: int = Field(default=256, ge=1, description="Longer completions are cut (truncated).")
+    max_new_tokens: int = Field(
+        default=256, ge=1, description="Longer completions (in a tool task: turns) are cut (truncated)."
+    )
+    max_turns: int = Field(
+        default=8,
+        ge=1,
+        le=256,
+        description="Tool tasks: most assistant turns per episode (the session's cap too).",
+    )
     temperature: float = Field(default=1.0, gt=0, description="Sampling temperature (log-probs use it too).")
     top_p: float = Field(default=1.0, gt=0, le=1, description="Nucleus sampling.")
 

@@ -4,6 +4,9 @@ One step:
   1. draw `prompts_per_step` tasks (an environment such as `demo.max_digit` or `puzzle.mix`, or dataset rows);
   2. sample `group_size` completions per prompt with the current policy (Hugging Face `generate`);
   3. score the whole step in one batched Proctor call (a service via `server`, or in this process);
+     with a tool environment (`task: tool.*`), steps 2-3 are multi-turn episodes through Proctor sessions
+     instead (`trainer/rollouts.py`): observation tokens are context with loss mask 0, the reward is the
+     session's final score, and an episode whose machinery failed is masked;
   4. group-relative advantages; with `dynamic_sampling`, groups whose rewards are all equal are dropped and
      more prompts are drawn (at most `max_refills` times);
   5. `num_iterations` policy updates on the batch with the clipped surrogate (+ k3 KL, - entropy bonus).
@@ -258,7 +261,7 @@ def load_tokenizer(config: TrainConfig, path: str | None = None) -> Any:
         tokenizer = (
             AutoTokenizer.from_pretrained(source)
             if source
-            else build_char_tokenizer(config.tokenizer_alphabet)
+            else build_char_tokenizer(config.tokenizer_alphabet or "", config.tokenizer_tokens)
         )
     except (OSError, ValueError) as exc:
         raise ConfigError(f"tokenizer: cannot load {source}: {str(exc).splitlines()[0]}") from None
@@ -356,6 +359,8 @@ class Prompt:
     verifier: str
     reference: Any
     options: dict[str, Any] = field(default_factory=dict)
+    environment: str | None = None  # a tool environment: the prompt is played through its sessions
+    task: dict[str, Any] | None = None  # ... on this task (as the environment made it)
 
 
 def derive_seed(*parts: int) -> int:
@@ -379,10 +384,19 @@ def environment_prompts(config: TrainConfig) -> PromptSource:
     except RequestError as exc:
         raise ConfigError(f"task: {exc.message}") from None
 
+    tool = spec.kind == "tool"
+
     def draw(seed: int, count: int) -> list[Prompt]:
         tasks = spec.tasks("train", seed, count, config.task_difficulty, config.task_config)
         return [
-            Prompt(task.prompt, task.verifier, task.reference, dict(config.verifier_options))
+            Prompt(
+                task.prompt,
+                task.verifier,
+                task.reference,
+                dict(config.verifier_options),
+                environment=spec.name if tool else None,
+                task=task.model_dump(mode="json") if tool else None,
+            )
             for task in tasks
         ]
 
@@ -456,6 +470,12 @@ class Sample:
     components: dict[str, float] = field(default_factory=dict)
     penalty: float = 0.0
     advantage: float = 0.0
+    # Tool tasks: completion_ids hold the policy's turns and the observations between them; completion_mask
+    # is 1 for the policy's tokens and 0 for the observations' (None: every completion token is the policy's).
+    completion_mask: list[int] | None = None
+    turns: int = 0
+    tool_calls: int = 0
+    end_reason: str | None = None
 
 
 @dataclass
@@ -576,6 +596,14 @@ class Scorer:
 
         return proctor.score_batch(requests)
 
+    def open_session(self, environment: str, task: dict[str, Any], options: dict[str, Any]) -> Any:
+        """Open a tool session on the same service (or in this process) as scoring."""
+        if self.client is not None:
+            return self.client.open_session(environment, task, options=options)
+        import proctor
+
+        return proctor.open_session(environment, task, options=options)
+
     def close(self) -> None:
         """Close the HTTP client, if any."""
         if self.client is not None:
@@ -635,17 +663,23 @@ class Batch:
 def collate(
     samples: list[Sample], advantages: Tensor, trained: list[bool], pad_id: int, device: torch.device
 ) -> Batch:
-    """Left-padded prompts followed by right-padded completions; untrained samples get an all-zero loss mask."""
+    """Left-padded prompts followed by right-padded completions; untrained samples get an all-zero loss mask,
+    and so do the observation tokens of a tool episode (its `completion_mask` 0)."""
     prompt_ids, prompt_mask = left_pad([s.prompt_ids for s in samples], pad_id)
     width = max(1, max(len(s.completion_ids) for s in samples))
     completion_ids = torch.full((len(samples), width), pad_id, dtype=torch.long)
     completion_mask = torch.zeros((len(samples), width), dtype=torch.long)
+    loss_weights = torch.zeros((len(samples), width), dtype=torch.float32)
     for i, sample in enumerate(samples):
         completion_ids[i, : len(sample.completion_ids)] = torch.tensor(
             sample.completion_ids, dtype=torch.long
         )
         completion_mask[i, : len(sample.completion_ids)] = 1
-    loss_mask = completion_mask.float() * torch.tensor(trained, dtype=torch.float32).unsqueeze(1)
+        loss_weights[i, : len(sample.completion_ids)] = 1
+        if sample.completion_mask is not None:  # observation tokens are attended to, never trained on
+            own = torch.tensor(sample.completion_mask, dtype=torch.float32)
+            loss_weights[i, : len(sample.completion_ids)] = own
+    loss_mask = loss_weights * torch.tensor(trained, dtype=torch.float32).unsqueeze(1)
     return Batch(
         input_ids=torch.cat([prompt_ids, completion_ids], 1).to(device),
         attention_mask=torch.cat([prompt_mask, completion_mask], 1).to(device),
@@ -783,18 +817,32 @@ def collect_groups(trainer: Trainer, step: int) -> tuple[list[Group], list[Group
     for attempt in range(1 + (config.max_refills if config.dynamic_sampling else 0)):
         needed = config.prompts_per_step - len(kept)
         prompts = trainer.prompts(derive_seed(config.seed, step, attempt), needed)
-        encoded = [encode_prompt(trainer.tokenizer, p.messages, config.system_prompt) for p in prompts]
-        started = time.perf_counter()
-        samples = sample_completions(trainer.model, trainer.tokenizer, encoded, config)
-        stats["generate_s"] += time.perf_counter() - started
-        groups = [
-            Group(prompt, samples[i * config.group_size : (i + 1) * config.group_size])
-            for i, prompt in enumerate(prompts)
-        ]
-        started = time.perf_counter()
-        stats["scoring_failures"] += score_groups(groups, trainer.scorer)
-        stats["scoring_latency_s"] += time.perf_counter() - started
-        stats["generated_tokens"] += sum(len(s.completion_ids) for s in samples)
+        if prompts and prompts[0].environment is not None:
+            # A tool task: multi-turn episodes through sessions, scored by the sessions themselves.
+            started = time.perf_counter()
+            samples = tool_samples(trainer, prompts)
+            stats["generate_s"] += time.perf_counter() - started
+            groups = [
+                Group(prompt, samples[i * config.group_size : (i + 1) * config.group_size])
+                for i, prompt in enumerate(prompts)
+            ]
+            stats["scoring_failures"] += sum(not s.valid for s in samples)
+        else:
+            encoded = [encode_prompt(trainer.tokenizer, p.messages, config.system_prompt) for p in prompts]
+            started = time.perf_counter()
+            samples = sample_completions(trainer.model, trainer.tokenizer, encoded, config)
+            stats["generate_s"] += time.perf_counter() - started
+            groups = [
+                Group(prompt, samples[i * config.group_size : (i + 1) * config.group_size])
+                for i, prompt in enumerate(prompts)
+            ]
+            started = time.perf_counter()
+            stats["scoring_failures"] += score_groups(groups, trainer.scorer)
+            stats["scoring_latency_s"] += time.perf_counter() - started
+        stats["generated_tokens"] += sum(
+            sum(s.completion_mask) if s.completion_mask is not None else len(s.completion_ids)
+            for s in samples
+        )
         stats["samples"] += len(samples)
         apply_overlong(groups, config)
         sampled += groups
@@ -810,6 +858,22 @@ def collect_groups(trainer: Trainer, step: int) -> tuple[list[Group], list[Group
             break
     stats["zero_variance_fraction"] = sum(not g.informative() for g in first_batch) / len(first_batch)
     return kept[: config.prompts_per_step], sampled, stats
+
+
+def tool_samples(trainer: Trainer, prompts: list[Prompt]) -> list[Sample]:
+    """`group_size` multi-turn episodes per prompt through tool sessions (`trainer/rollouts.py`)."""
+    from proctor.trainer.rollouts import run_episodes, to_samples
+
+    config = trainer.config
+    episodes = run_episodes(
+        trainer.model,
+        trainer.tokenizer,
+        prompts,
+        config,
+        trainer.scorer.open_session,
+        lambda messages: encode_prompt(trainer.tokenizer, messages, config.system_prompt),
+    )
+    return to_samples(episodes, trainer.tokenizer)
 
 
 def apply_overlong(groups: list[Group], config: TrainConfig) -> None:
@@ -835,6 +899,10 @@ def train_step(trainer: Trainer, step: int) -> dict[str, Any]:
     groups, sampled, stats = collect_groups(trainer, step)
     metrics: dict[str, Any] = {"step": step + 1, **reward_metrics(sampled, config)}
     metrics.update(stats)
+    if sampled and sampled[0].prompt.environment is not None:
+        from proctor.trainer.rollouts import episode_metrics
+
+        metrics.update(episode_metrics([s for g in sampled for s in g.samples]))
     metrics["lr"] = trainer.optimizer.param_groups[0]["lr"]
     metrics["trained_samples"] = 0
     if groups:
