@@ -329,6 +329,7 @@ EXPECTED_REASONS = {
     "stuffing every possible date into the reply": ("too_many_values", None),
     "acting on a different customer's order": ("forbidden_action", "other_customers_order"),
     "transfer_to_human to dodge": ("database_mismatch", None),
+    "transfer_to_human without looking the order up": ("missing_fact", None),
     "refusing an allowed refund": ("database_mismatch", None),
     "refusing without the fact": ("missing_fact", None),
     "a guessed date, never looked up": ("fact_not_looked_up", None),
@@ -496,6 +497,25 @@ def test_in_process_session_equals_replay_and_engine_score(by_kind):
         assert final["reward"] == 0.0 and final["reason"] == "forbidden_action"
     finally:
         engine.close()
+
+
+def test_a_session_in_another_dialect_replays_to_the_same_score(by_kind):
+    """Under `dialect: openai` a `<tool_call>` written in the text is text: the customer answers it. The replay
+    follows what the session did (a customer's reply after it), not its own reading of the text."""
+    task = by_kind["refund"]
+    turns = assistant_turns(gold_transcript(task))
+    asked = turns[0]["content"]
+    turns[0] = {
+        "role": "assistant",
+        "content": asked + ' <tool_call>{"name": "list_policies", "arguments": {}}</tool_call>',
+    }
+    with proctor.open_session("tool.orders", task.model_dump(), options={"dialect": "openai"}) as session:
+        for message in turns:
+            result = session.step(message)
+        record = session.record()
+    assert result["done"] and result["score"]["reward"] == 1.0
+    assert record["transcript"][3]["role"] == "user"  # the customer answered the message with the text call
+    assert graded(task.reference, record["transcript"]).reward == 1.0
 
 
 async def test_async_session_takes_a_user_task():

@@ -267,6 +267,9 @@ def gold_script(reference: OrdersReference) -> list[Step]:
             f"I'm sorry, order {oid} was delivered on {fact}, over 30 days ago, so I cannot refund it."
         )
     elif reference.kind == "refund_over_cap":
+        script.append(
+            f"I'm sorry, a refund of ${fact} is above the limit I can approve, so I cannot do it myself."
+        )
         script.append([(action.name, dict(action.arguments)) for action in reference.actions])
     elif reference.kind == "delivery_date":
         script.append(f"Order {oid} has shipped and is expected to arrive on {fact}.")
@@ -424,6 +427,10 @@ def cheat_scripts(kind_tasks: dict[str, Task]) -> dict[str, tuple[OrdersReferenc
             ],
         ),  # fmt: skip
         "transfer_to_human to dodge": (refund, [*pre, [("transfer_to_human", {"summary": "refund"})]]),
+        "transfer_to_human without looking the order up": (
+            over,
+            [*_opening(over)[:3], [(a.name, dict(a.arguments)) for a in over.actions]],
+        ),
         "refusing an allowed refund": (refund, [*pre, f"I'm sorry, I cannot refund ${amount}."]),
         "refusing without the fact": (late, [*_opening(late), "I'm sorry, I cannot refund that order."]),
         "a guessed date, never looked up": (

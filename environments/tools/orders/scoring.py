@@ -4,8 +4,9 @@
 tools or the user answered: it replays the transcript on a fresh database (`replay`): each tool call the
 session ran (a call read as the session reads it, any dialect, that the session answered with an
 observation) is run again, and the scripted user's replies are computed again from the agent's own messages
-(a `user` message in the transcript only says that a reply was given, never what it said: a forged "yes"
-confirms nothing). The gold database is the fresh database after the reference's gold writes. Reward 1 only
+(a `user` message in the transcript only says that the session read the message before it as one without
+calls, in whatever dialect it was set to, and asked the customer; never what the customer said: a forged
+"yes" confirms nothing). The gold database is the fresh database after the reference's gold writes. Reward 1 only
 when all of these hold, else 0 with the first failing reason:
 
 - `forbidden_action`: the action log holds a forbidden write, even one undone later: a write made on an order
@@ -102,11 +103,14 @@ def replay(reference: OrdersReference, transcript: list[ChatMessage]) -> Convers
                 break
             following.append(later)
         parsed = parsed_calls(message)
-        if not parsed.calls and not parsed.errors:
-            if any(m.role == "user" for m in following):  # the session asked the user for a reply
-                conversation.reply(content_text(message.content))
-            else:  # a final message no user answered (finish): still the agent's own words
-                conversation.agent_texts.append(visible_text(content_text(message.content)))
+        if any(m.role == "user" for m in following):
+            # the session read it as a message without calls (whatever its dialect) and the customer replied
+            conversation.reply(content_text(message.content))
+            continue
+        if (
+            not parsed.calls and not parsed.errors
+        ):  # a final message no one answered (finish): still its words
+            conversation.agent_texts.append(visible_text(content_text(message.content)))
             continue
         answered = {m.tool_call_id for m in following if m.role == "tool" and m.tool_call_id}
         for index, call in enumerate(parsed.calls):

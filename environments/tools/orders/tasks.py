@@ -7,7 +7,7 @@ over to a human), the gold writes (`actions`, replayed on a fresh database to ge
 facts the agent must tell (`facts`: a money amount or a date, read as structured values).
 
 Kinds: `cancel`, `refund`, `exchange`, `change_address` (act); `cancel_shipped`, `refund_late` (refuse, and
-tell the delivery date); `refund_over_cap` (transfer); `delivery_date` (inform). Generation is seeded like the
+tell the delivery date); `refund_over_cap` (transfer, and tell the amount that needs it); `delivery_date` (inform). Generation is seeded like the
 puzzles: an item's random stream is a hash of (name, version, split, seed, index, attempt), and its split is a
 hash of its content, so train and test never share a task.
 """
@@ -266,6 +266,7 @@ def _draw(rng: random.Random, kind: str, db: dict[str, Any]) -> dict[str, Any] |
             outcome = "refuse"
         else:
             actions = [{"name": "transfer_to_human", "arguments": {"summary": f"refund above cap on {oid}"}}]
+            facts = [{"slot": "amount", "value": money(item["price"])}]  # why it needs a human
             outcome = "transfer"
     elif kind == "exchange":
         if not fits_refund:

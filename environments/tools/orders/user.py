@@ -6,7 +6,7 @@ in this order of precedence:
 1. A confirmation request (the word `confirm` and a question mark): the user reads the proposed action from
    the text (the action's word: cancel / exchange / address / refund, in that precedence; the order ids; for
    a refund the dollar amounts and the payment method ids; for an exchange the item ids; for an address its
-   line, city and zip; for a cancellation the reason) and says `yes` only when it is exactly the write they
+   line, city and zip, and no other zip code; for a cancellation the reason) and says `yes` only when it is exactly the write they
    want (`reference.wanted`), down to every detail. That yes lets the next write call, and only the next one,
    count as confirmed when it is exactly that action (`Shop.confirmed`). Anything else is a `no`.
 2. The end: for an `act` task once the session's database equals the gold database, for a `refuse` task once
@@ -31,6 +31,7 @@ from proctor.environments.tools.orders.tools import Shop, canonical_action
 STOP = "###STOP###"
 ORDER_ID = re.compile(r"\bO\d{5}\b")
 ITEM_ID = re.compile(r"\bI\d{6}\b")
+_ZIP = re.compile(r"(?<![\w-])\d{5}(?![\w-])")
 PAYMENT_ID = re.compile(r"\b(?:card|gift_card|paypal)_\d{4}\b")
 _THINK = re.compile(r"<think>.*?</think>|<think>.*\Z", re.S | re.I)
 _CONFIRM = re.compile(r"\bconfirm", re.I)
@@ -159,6 +160,8 @@ def proposed_action(text: str, reference: OrdersReference) -> dict[str, Any] | N
     parts = {"line1": address.line1, "city": address.city, "zip": address.zip}
     if any(" ".join(value.casefold().split()) not in lowered for value in parts.values()):
         return None
+    if set(_ZIP.findall(text)) != {address.zip}:
+        return None  # one address proposed, not a list of candidates
     return canonical_action(name, {"order_id": order_id, **parts})
 
 
