@@ -286,3 +286,15 @@ def test_interaction_tool_orders(server: str) -> None:
 
     stop, reply = asyncio.run(drive())
     assert not stop and reply  # the customer answers the greeting
+
+
+def test_tool_call_tags_as_special_tokens_reach_the_session(server: str) -> None:
+    """Qwen-style tokenizers make `<tool_call>` a special token: the turn's text keeps it, or no call would run."""
+    task = h.SEARCH_TASKS[0]
+    turns = h.search_script(task)
+    tokenizer = h.tokenizer("".join(turns))
+    tokenizer.add_special_tokens({"additional_special_tokens": ["<tool_call>", "</tool_call>"]})
+    loop = make_loop(server, tokenizer, turns)
+    extra = {"proctor": {"environment": h.SEARCH, "task": task}}
+    output = asyncio.run(loop.run({"temperature": 1.0}, raw_prompt=[], extra_info=extra))
+    assert output.reward_score == 1.0 and output.extra_fields["proctor_end_reason"] == "answer"

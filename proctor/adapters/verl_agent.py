@@ -137,7 +137,7 @@ class ProctorAgentLoop(AgentLoopBase):
             given = list(output.log_probs or [])
             logprobs += (given + [0.0] * len(tokens))[: len(tokens)]
             turns += 1
-            text = tokenizer.decode(tokens, skip_special_tokens=True)
+            text = _turn_text(tokenizer, tokens)
             outcome = await episode.step(text)
             history.append({"role": "assistant", "content": text})
             if outcome.done:
@@ -173,6 +173,15 @@ class ProctorAgentLoop(AgentLoopBase):
             },
         )
         return output
+
+
+def _turn_text(tokenizer: Any, tokens: list[int]) -> str:
+    """The turn as the policy wrote it: special tokens kept (Qwen's `<tool_call>` may be one), only the end of
+    turn that stopped generation dropped."""
+    ends = {tokenizer.eos_token_id, tokenizer.pad_token_id} - {None}
+    while tokens and tokens[-1] in ends:
+        tokens = tokens[:-1]
+    return tokenizer.decode(tokens, skip_special_tokens=False)
 
 
 # -- 2. the BaseTool keyed on the rollout's request id --------------------------------------------------------
