@@ -174,3 +174,13 @@ def test_step_retry_is_idempotent(server: str) -> None:
         record = session.record()
         assert sum(1 for m in record["transcript"] if m["role"] == "tool") == 1
         session.close()
+
+
+def test_in_process_sessions_without_a_server(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With no server URL the sessions run in the trainer's process (proctor.open_session), same reward."""
+    monkeypatch.delenv("PROCTOR_URL", raising=False)
+    task = h.SEARCH_TASKS[0]
+    env_cls = trl_env.environment_factory(h.SEARCH)  # schemas from this process's registry
+    env, completion = run_rollout(env_cls, task, h.SEARCH, h.search_script(task))
+    assert trl_env.session_reward()(completions=[completion], environments=[env]) == [1.0]
+    assert env.session_id is None  # closed
