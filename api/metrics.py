@@ -105,6 +105,34 @@ class Metrics:
             ["verdict"],
             registry=reg,
         )
+        self.redis_up: Gauge | None = None  # made by watch_redis: only a service that uses Redis shows it
+        self.redis_errors = Counter(
+            "proctor_redis_errors",
+            "Redis operations that failed (the request went on without Redis), by operation.",
+            ["op"],
+            registry=reg,
+        )
+        self.shared_cache_total = Counter(
+            "proctor_shared_cache",
+            "Look-ups in the Redis result cache replicas share (after a local miss), by result: hit, miss.",
+            ["result"],
+            registry=reg,
+        )
+        self.single_flight_total = Counter(
+            "proctor_single_flight",
+            "Expensive items by how they ran across replicas: owner (ran it), waited (got another replica's "
+            "score), took_over (the holder went without a result), timed_out (waited past the deadline), "
+            "degraded (Redis down).",
+            ["outcome"],
+            registry=reg,
+        )
+        self.rate_limited = Counter(
+            "proctor_rate_limited",
+            "Requests answered 429 by the per-token rate limit (PROCTOR_RATE_LIMIT_PER_S), by where the "
+            "bucket was: redis, or local (no Redis, or Redis down).",
+            ["bucket"],
+            registry=reg,
+        )
         for field in _POOL_FIELDS:
             self.pool.labels(field).set(0)
         for field in _SANDBOX_FIELDS:
@@ -132,6 +160,47 @@ class Metrics:
     def observe_sandbox_result(self, result: Result) -> None:
         """Count one finished sandbox job by its verdict (called from the sandbox pool's threads)."""
         self.sandbox_jobs.labels(result.verdict.value).inc()
+
+    # -- RedisObserver (proctor.redis_backend): called from any thread, never blocking --------------------
+
+    def watch_redis(self, up: bool) -> None:
+        """Show Redis's gauge and every label at 0 (a service configured with PROCTOR_REDIS_URL calls this)."""
+        if self.redis_up is None:
+            self.redis_up = Gauge(
+                "proctor_redis_up",
+                "1 when Redis (PROCTOR_REDIS_URL) answered this process's last call, 0 while it serves without "
+                "it (local cache, memory sessions for new sessions, per-process rate limits).",
+                multiprocess_mode="livemin",
+                registry=self.registry,
+            )
+        self.redis_state(up)
+        for result in ("hit", "miss"):
+            self.shared_cache_total.labels(result)
+        for outcome in ("owner", "waited", "took_over", "timed_out", "degraded"):
+            self.single_flight_total.labels(outcome)
+        for bucket in ("redis", "local"):
+            self.rate_limited.labels(bucket)
+
+    def observe_rate_limited(self, bucket: str) -> None:
+        """Count one request answered 429 by the rate limit (its bucket in redis or local)."""
+        self.rate_limited.labels(bucket).inc()
+
+    def redis_state(self, up: bool) -> None:
+        """Redis became reachable (1) or unreachable (0)."""
+        if self.redis_up is not None:
+            self.redis_up.set(1 if up else 0)
+
+    def redis_error(self, op: str) -> None:
+        """Count one failed Redis operation."""
+        self.redis_errors.labels(op).inc()
+
+    def shared_cache(self, result: str) -> None:
+        """Count one shared-cache look-up (hit or miss)."""
+        self.shared_cache_total.labels(result).inc()
+
+    def single_flight(self, outcome: str) -> None:
+        """Count how one expensive item ran across replicas."""
+        self.single_flight_total.labels(outcome).inc()
 
     def refresh(
         self,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from fastapi import APIRouter, Depends, Query, Request
 from pydantic import BaseModel, Field
@@ -13,6 +13,7 @@ from proctor.api.auth import token_matches, unauthorized
 from proctor.api.rendering import json_response
 from proctor.api.responses import Health, error_responses
 from proctor.api.state import ServiceState, get_state
+from proctor.engine import Engine
 
 router = APIRouter(tags=["operations"])
 
@@ -30,9 +31,14 @@ class SandboxHealth(BaseModel):
 
 
 class ServiceHealth(Health):
-    """Health plus the sandbox section."""
+    """Health plus the sandbox section and whether the Redis replicas share is in use."""
 
     sandbox: SandboxHealth
+    redis: Literal["off", "ok", "unavailable"] = Field(
+        description="Redis shared by replicas (PROCTOR_REDIS_URL): off when not configured; unavailable while "
+        "this replica serves without it (its own cache, memory sessions for new sessions, per-process rate "
+        "limits) until it answers again."
+    )
 
 
 @router.get(
@@ -73,6 +79,7 @@ async def healthz(
             pool=state.sandbox_stats(),
             doctor=doctor,
         ),
+        redis=_redis_status(engine),
     )
     return json_response(health)
 
@@ -89,3 +96,11 @@ async def metrics(state: ServiceState = Depends(get_state)) -> Response:
     state.refresh_gauges()
     body, content_type = state.metrics.render()
     return Response(body, media_type=content_type)
+
+
+def _redis_status(engine: Engine | None) -> Literal["off", "ok", "unavailable"]:
+    """off without PROCTOR_REDIS_URL; else whether this replica's last Redis call got an answer."""
+    shared = engine.shared if engine is not None else None
+    if shared is None:
+        return "off"
+    return "ok" if shared.available else "unavailable"

@@ -11,16 +11,17 @@ import contextvars
 import inspect
 import logging
 import re
+import secrets
 import threading
 import time
-from collections.abc import Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from concurrent.futures import Future
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
-from proctor.cache import LRUCache, NullCache, ResultCache, cache_key
+from proctor.cache import LRUCache, NullCache, ResultCache, TieredCache, cache_key
 from proctor.capacity import PoolClosed
 from proctor.contract import (
     MAX_NESTING,
@@ -41,7 +42,16 @@ from proctor.registry import BaseOptions, VerifierSpec, get_verifier, load_plugi
 from proctor.settings import Settings, get_settings
 from proctor.worker_pool import WorkerPool
 
+if TYPE_CHECKING:
+    from proctor.redis_backend import SharedRedis
+
 log = logging.getLogger(__name__)
+
+FLIGHT_LEASE_MS = 15_000
+"""The single-flight lock's lease; its holder renews it every third of that while the item runs, so a replica
+that dies holding it blocks the others for at most this long."""
+FLIGHT_EXTRA_WAIT_S = 10.0
+"""A waiter waits at most the item's deadline plus this for the holder's result, then runs the item itself."""
 
 
 @dataclass
@@ -288,8 +298,15 @@ class Engine:
         self.settings = settings or get_settings()
         # Plugins named in code, not only in the environment; built-ins load when first looked up.
         load_plugins(self.settings.plugins)
+        self.shared: SharedRedis | None = None
+        """Redis shared with other replicas (PROCTOR_REDIS_URL): the second cache level and single-flight."""
         if cache is None:
             cache = LRUCache(self.settings.cache_size) if self.settings.cache_size > 0 else NullCache()
+            if self.settings.redis_url:
+                from proctor.redis_backend import connect  # imports redis only when configured
+
+                self.shared = connect(self.settings.redis_url)
+                cache = TieredCache(cache, self.shared, self.settings.redis_cache_ttl_s)
         self.cache = cache
         self._pool = pool
         self._pool_lock = threading.Lock()
@@ -446,11 +463,62 @@ class Engine:
             return self._finish(item, await _run_async(self, item))
         if self.runs_inline(item):
             return self._finish(item, _run_inline(item))
-        if wait_for_slot:  # a blocking submit waits on a thread, so the event loop keeps running meanwhile
-            future = await asyncio.to_thread(self._submit, item, block=True)
-        else:
-            future = self._submit(item, block=False)
-        return self._finish(item, await asyncio.wrap_future(future))
+
+        async def run() -> Score:
+            if (
+                wait_for_slot
+            ):  # a blocking submit waits on a thread, so the event loop keeps running meanwhile
+                future = await asyncio.to_thread(self._submit, item, block=True)
+            else:
+                future = self._submit(item, block=False)
+            return self._finish(item, await asyncio.wrap_future(future))
+
+        return await self._single_flight(item, run)
+
+    async def _single_flight(self, item: Prepared, run: Callable[[], Awaitable[Score]]) -> Score:
+        """Run an expensive item once across the replicas sharing Redis: the lock's holder runs it (and writes
+        the `ok` score through the shared cache); the others wait for that score. A waiter runs the item
+        itself when the lock goes without a result (the holder died, or its result was not `ok`, which is never
+        shared), when its wait passes the item's deadline plus FLIGHT_EXTRA_WAIT_S, or when Redis is down."""
+        shared = self.shared
+        if shared is None:
+            return await run()
+        name = "flight:" + item.key
+        token = secrets.token_hex(16)
+        give_up = time.monotonic() + item.deadline_s + FLIGHT_EXTRA_WAIT_S
+        delay = 0.005
+        waited = False
+        while True:
+            taken = shared.try_lock(name, token, FLIGHT_LEASE_MS)
+            if taken is None:  # Redis is down: run it here, as a single replica would
+                shared.observer.single_flight("degraded")
+                return await run()
+            if taken:
+                # Another holder may have finished between our look-up and our lock: never run it twice.
+                landed = shared.get(TieredCache.shared_key(item.key), op="flight_poll") is not None
+                cached = self._cached(item) if landed else None
+                if cached is not None:
+                    shared.unlock(name, token)
+                    shared.observer.single_flight("waited")
+                    return cached
+                shared.observer.single_flight("took_over" if waited else "owner")
+                async with shared.renewing(name, token, FLIGHT_LEASE_MS):
+                    return await run()
+            waited = True
+            # Poll the shared entry itself (a miss here is not a cache look-up to count), then read it once.
+            landed = shared.get(TieredCache.shared_key(item.key), op="flight_poll") is not None
+            cached = self._cached(item) if landed else None
+            if cached is not None:
+                shared.observer.single_flight("waited")
+                return cached
+            if time.monotonic() >= give_up:
+                log.warning(
+                    "waited past the deadline for another replica's %s; running it here", item.spec.name
+                )
+                shared.observer.single_flight("timed_out")
+                return await run()
+            await asyncio.sleep(delay)
+            delay = min(delay * 1.5, 0.25)
 
     async def score_batch_async(
         self, requests: list[dict[str, Any]], *, chunk: int = 512
@@ -476,9 +544,12 @@ class Engine:
             window = asyncio.Semaphore(max(2, 4 * self.pool.workers))
 
             async def run(index: int, item: Prepared) -> None:
-                async with window:
-                    future = await asyncio.to_thread(self._submit, item, block=True)
-                    results[index] = self._finish(item, await asyncio.wrap_future(future))
+                async def pooled() -> Score:
+                    async with window:
+                        future = await asyncio.to_thread(self._submit, item, block=True)
+                        return self._finish(item, await asyncio.wrap_future(future))
+
+                results[index] = await self._single_flight(item, pooled)
 
             await asyncio.gather(*(run(index, item) for index, item in pooled))
         if waiters:

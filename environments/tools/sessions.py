@@ -42,7 +42,7 @@ import secrets
 import time
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable
-from typing import Annotated, Any, Protocol
+from typing import TYPE_CHECKING, Annotated, Any, Protocol
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
 
@@ -72,6 +72,9 @@ from proctor.environments.tools.base import (
     get_tool_environment,
 )
 from proctor.verifiers.reading.tool_calls import DialectChoice, ParsedCalls, parse_message
+
+if TYPE_CHECKING:  # the redis library is imported only by a service configured to use it
+    from proctor.redis_backend import SharedRedis
 
 log = logging.getLogger(__name__)
 
@@ -187,6 +190,10 @@ class SessionRecord(BaseModel):
     environment: str
     version: str
     owner: str | None = None
+    replica: str | None = None
+    """The replica holding the session's environment state (a shared store sets it; None in one process)."""
+    replica_url: str | None = None
+    """Where that replica answers (PROCTOR_ADVERTISE_URL), named when another replica routes a request there."""
     client_id: str | None = None
     request_fingerprint: str | None = None
     size_bytes: int = 0
@@ -217,7 +224,15 @@ class SessionRecord(BaseModel):
         """The record without the owner's hash and the internal fingerprints and accounting."""
         return self.model_dump(
             mode="json",
-            exclude={"owner", "client_id", "request_fingerprint", "size_bytes", "step_messages"},
+            exclude={
+                "owner",
+                "replica",
+                "replica_url",
+                "client_id",
+                "request_fingerprint",
+                "size_bytes",
+                "step_messages",
+            },
         )
 
 
@@ -225,7 +240,7 @@ class SessionRecord(BaseModel):
 
 
 class SessionStore(Protocol):
-    """Where session records live: in this process (`MemorySessionStore`) or shared (a Redis store, later).
+    """Where session records live: in this process (`MemorySessionStore`) or shared (`RedisSessionStore`).
 
     `add` raises PoolFull when the store holds as many open sessions as it may. Records are returned as
     objects the caller may change; a change counts once `put` stores it.
@@ -329,6 +344,252 @@ class MemorySessionStore:
             del self._keys[key]
 
 
+class RedisSessionStore:
+    """Records in Redis, shared by replicas (`PROCTOR_REDIS_URL`); new sessions stay in this process while
+    Redis is down.
+
+    Each record is one JSON value (`session:<id>`) whose Redis TTL outlives its `expires_at` (open records by
+    `grace_s`, so a tombstone can still be written; closed ones vanish when their retention ends), an
+    idempotency key (`session-key:<owner>:<id>`) beside it, and the open sessions in a sorted set by expiry.
+    `add` stamps the record with this replica (`replica`, `replica_url`): its environment state lives here.
+    `lock` is a Redis lock per session, so two replicas never run steps of one session at once.
+
+    Degraded: with Redis down, `add` keeps the new session in a `MemorySessionStore` (only this replica can
+    reach it); records already in Redis answer 503 (retry later) until Redis is back.
+    """
+
+    def __init__(
+        self,
+        shared: SharedRedis,
+        *,
+        max_open: int = 10_000,
+        local: MemorySessionStore | None = None,
+        grace_s: float = 3600.0,
+        lock_lease_ms: int = 30_000,
+        lock_wait_s: float = 60.0,
+    ):
+        self.shared = shared
+        self.max_open = max_open
+        self.local = local if local is not None else MemorySessionStore(max_open=max_open)
+        self.grace_s = grace_s
+        self.lock_lease_ms = lock_lease_ms
+        self.lock_wait_s = lock_wait_s
+        self._open_key = shared.key("sessions:open")
+
+    @property
+    def replica_id(self) -> str:
+        """This replica's id, stamped on the sessions it opens."""
+        return self.shared.replica_id
+
+    def replica_alive(self, replica: str) -> bool | None:
+        """Whether another replica's heartbeat is current (None: Redis cannot tell now)."""
+        return self.shared.replica_alive(replica)
+
+    def _record_key(self, session_id: str) -> str:
+        return self.shared.key("session:" + session_id)
+
+    def _id_key(self, owner: str | None, client_id: str) -> str:
+        digest = hashlib.sha256(f"{owner or '-'}\0{client_id}".encode()).hexdigest()
+        return self.shared.key("session-key:" + digest)
+
+    def _is_local(self, session_id: str) -> bool:
+        return session_id in self.local._open or session_id in self.local._closed  # pyright: ignore[reportPrivateUsage]
+
+    @staticmethod
+    def _unavailable() -> RequestError:
+        return RequestError(503, "the session store (Redis) is unavailable; retry shortly", "session_id")
+
+    def _ttl_ms(self, record: SessionRecord) -> int:
+        left = record.expires_at - time.time()
+        if not record.done:
+            left += self.grace_s
+        return max(1, int(left * 1000))
+
+    def _write(self, record: SessionRecord) -> bool:
+        """Store the record, its idempotency key and its place in the open set, in one transaction."""
+        data = record.model_dump_json()
+        ttl = self._ttl_ms(record)
+        sid = record.session_id
+
+        def write(r: Any) -> bool:
+            pipe = r.pipeline(transaction=True)
+            pipe.set(self._record_key(sid), data, px=ttl)
+            if record.client_id is not None:
+                pipe.set(self._id_key(record.owner, record.client_id), sid, px=ttl)
+            if record.done:
+                pipe.zrem(self._open_key, sid)
+            else:
+                pipe.zadd(self._open_key, {sid: record.expires_at})
+            pipe.execute()
+            return True
+
+        return bool(self.shared.call("session_put", write, False))
+
+    async def add(self, record: SessionRecord) -> None:
+        """Store a new open session here in Redis (in this process while Redis is down); PoolFull when full."""
+        record.replica = self.shared.replica_id
+        record.replica_url = self.shared.replica_url
+        if self.shared.available:
+            now = time.time()
+            count = self.shared.call(
+                "session_count", lambda r: r.zcount(self._open_key, f"({now}", "+inf"), None
+            )
+            if isinstance(count, int):
+                if count >= self.max_open:
+                    raise PoolFull(f"{count} sessions are open, the most these replicas hold; retry later")
+                if await asyncio.to_thread(self._write, record):
+                    return
+        await self.local.add(record)  # Redis went away: the session lives in this process
+
+    async def get(self, session_id: str) -> SessionRecord | None:
+        """The record, from this process or Redis; 503 while Redis cannot be read."""
+        if self._is_local(session_id):
+            return await self.local.get(session_id)
+        raw = await asyncio.to_thread(
+            self.shared.call, "session_get", lambda r: r.get(self._record_key(session_id)), DOWN_MARK
+        )
+        if raw is DOWN_MARK:
+            raise self._unavailable()
+        if raw is None:
+            return None
+        return SessionRecord.model_validate_json(raw)
+
+    async def put(self, record: SessionRecord) -> None:
+        """Store a changed record where it lives; 503 when Redis cannot take it."""
+        if self._is_local(record.session_id):
+            await self.local.put(record)
+            return
+        if not await asyncio.to_thread(self._write, record):
+            raise self._unavailable()
+
+    async def remove(self, session_id: str) -> SessionRecord | None:
+        """Drop a record (and its idempotency key); 503 when Redis cannot be reached."""
+        if self._is_local(session_id):
+            return await self.local.remove(session_id)
+        record = await self.get(session_id)
+        if record is None:
+            return None
+
+        def delete(r: Any) -> bool:
+            pipe = r.pipeline(transaction=True)
+            pipe.delete(self._record_key(session_id))
+            pipe.zrem(self._open_key, session_id)
+            if record.client_id is not None:
+                # Only this session's key: a newer session may have taken the idempotency key since.
+                key = self._id_key(record.owner, record.client_id)
+                pipe.eval(_DELETE_IF, 1, key, session_id)
+            pipe.execute()
+            return True
+
+        if not await asyncio.to_thread(self.shared.call, "session_remove", delete, False):
+            raise self._unavailable()
+        return record
+
+    async def find(self, owner: str | None, client_id: str) -> str | None:
+        """The session created with this idempotency key (None also while Redis is down)."""
+        found = await self.local.find(owner, client_id)
+        if found is not None:
+            return found
+        key = self._id_key(owner, client_id)
+        raw = await asyncio.to_thread(self.shared.call, "session_find", lambda r: r.get(key), None)
+        return raw.decode() if isinstance(raw, bytes) else None
+
+    async def due(self, now: float) -> list[str]:
+        """Open sessions past their expiry that this replica may expire: its own, and those of replicas that
+        are gone (a live replica expires its own, since it holds their state); then this process's."""
+        ids = await asyncio.to_thread(
+            self.shared.call,
+            "session_due",
+            lambda r: r.zrangebyscore(self._open_key, "-inf", now, start=0, num=500),
+            [],
+        )
+        found: list[str] = []
+        for raw_id in ids:
+            session_id = raw_id.decode() if isinstance(raw_id, bytes) else str(raw_id)
+            try:
+                record = await self.get(session_id)
+            except RequestError:
+                break  # Redis went away meanwhile: the next sweep tries again
+            if record is None or record.done:  # its record is gone or closed: drop it from the open set
+                self.shared.call("session_due", lambda r, sid=session_id: r.zrem(self._open_key, sid), 0)
+                continue
+            mine = record.replica in (None, self.shared.replica_id)
+            if mine or self.shared.replica_alive(record.replica or "") is False:
+                found.append(session_id)
+        return found + await self.local.due(now)
+
+    async def open_count(self) -> int:
+        """Open sessions here and in Redis (those in Redis counted while it answers)."""
+        now = time.time()
+        count = await asyncio.to_thread(
+            self.shared.call, "session_count", lambda r: r.zcount(self._open_key, f"({now}", "+inf"), 0
+        )
+        return int(count) + await self.local.open_count()
+
+    async def release_elsewhere(self, record: SessionRecord) -> None:
+        """Tell the replica that opened a session, ended here, to free the state it holds for it."""
+        if record.replica in (None, self.shared.replica_id):
+            return
+        key = self.shared.key("release:" + (record.replica or ""))
+        value = f"{record.session_id} {record.environment}"
+
+        def push(r: Any) -> bool:
+            pipe = r.pipeline(transaction=True)
+            pipe.rpush(key, value)
+            pipe.expire(key, int(self.grace_s))
+            pipe.execute()
+            return True
+
+        await asyncio.to_thread(self.shared.call, "session_release", push, False)
+
+    async def released(self) -> list[tuple[str, str]]:
+        """(session id, environment) of this replica's sessions that ended on other replicas since last asked."""
+        key = self.shared.key("release:" + self.shared.replica_id)
+
+        def pop(r: Any) -> list[Any]:
+            pipe = r.pipeline(transaction=True)
+            pipe.lrange(key, 0, -1)
+            pipe.delete(key)
+            return pipe.execute()[0]
+
+        raw = await asyncio.to_thread(self.shared.call, "session_release", pop, [])
+        pairs = [item.decode().split(" ", 1) for item in raw if isinstance(item, bytes)]
+        return [(pair[0], pair[1]) for pair in pairs if len(pair) == 2]
+
+    @contextlib.asynccontextmanager
+    async def lock(self, session_id: str) -> AsyncIterator[None]:
+        """Hold the session's Redis lock (renewed while held), so no other replica steps it meanwhile; 503
+        when Redis is down or the lock stays taken past `lock_wait_s`."""
+        if self._is_local(session_id):
+            yield
+            return
+        name = "session-lock:" + session_id
+        token = secrets.token_hex(16)
+        give_up = time.monotonic() + self.lock_wait_s
+        delay = 0.005
+        while True:
+            taken = await asyncio.to_thread(self.shared.try_lock, name, token, self.lock_lease_ms)
+            if taken is None:
+                raise self._unavailable()
+            if taken:
+                break
+            if time.monotonic() >= give_up:
+                raise RequestError(
+                    503,
+                    f"session {session_id!r} is busy with another request on another replica",
+                    "session_id",
+                )
+            await asyncio.sleep(delay)
+            delay = min(delay * 1.5, 0.1)
+        async with self.shared.renewing(name, token, self.lock_lease_ms):
+            yield
+
+
+DOWN_MARK: Any = object()
+"""The default handed to `SharedRedis.call` to tell "Redis did not answer" from "no such record"."""
+_DELETE_IF = "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0"
+
+
 # -- observers (metrics) -----------------------------------------------------------------------------------
 
 
@@ -376,6 +637,22 @@ class SessionConflict(RequestError):
         super().__init__(409, message, "step")
         self.score = score
         self.end_reason = end_reason
+
+
+class SessionElsewhere(RequestError):
+    """A 421: the session's state (a persistent interpreter) lives in another replica, which is alive; its
+    requests go there (`replica_url`, PROCTOR_ADVERTISE_URL of that replica)."""
+
+    def __init__(self, session_id: str, replica: str, replica_url: str | None):
+        where = replica_url or "an address it does not advertise (set PROCTOR_ADVERTISE_URL)"
+        super().__init__(
+            421,
+            f"session {session_id!r} is held by replica {replica} at {where}: send its requests there",
+            "session_id",
+        )
+        self.session_id = session_id
+        self.replica = replica
+        self.replica_url = replica_url
 
 
 def owner_of(token: str | None) -> str | None:
@@ -598,6 +875,10 @@ class SessionManager:
         if record is None or (record.owner is not None and record.owner != owner):
             raise RequestError(404, f"unknown session {session_id!r}", "session_id")
         if not record.done and record.expires_at <= self.clock():
+            if await self._held_elsewhere(record):  # its holder expires it (and frees its state)
+                raise RequestError(
+                    410, f"session {session_id!r} expired (unused past its time-to-live)", "session_id"
+                )
             await self._expire(record)
         if record.expired:
             raise RequestError(
@@ -614,7 +895,12 @@ class SessionManager:
         entry.users += 1
         try:
             async with entry.lock:
-                yield
+                shared_lock = getattr(self.store, "lock", None)  # a shared store locks across replicas too
+                if shared_lock is None:
+                    yield
+                else:
+                    async with shared_lock(session_id):
+                        yield
         finally:
             entry.users -= 1
             if entry.users == 0 and self._locks.get(session_id) is entry:
@@ -623,6 +909,65 @@ class SessionManager:
     def _busy(self, session_id: str) -> bool:
         """Whether a request holds or awaits the session's lock."""
         return session_id in self._locks
+
+    # -- replicas (a shared store) -----------------------------------------------------------------------
+
+    def _foreign(self, record: SessionRecord) -> bool:
+        """Whether an open record's environment state was opened by another replica (never with one process)."""
+        mine = getattr(self.store, "replica_id", None)
+        return (
+            not record.done
+            and record.replica is not None
+            and mine is not None
+            and record.replica != mine
+            and record.session_id not in self._states
+        )
+
+    async def _held_elsewhere(self, record: SessionRecord) -> bool:
+        """Whether another live replica holds state this replica cannot rebuild (so it must act there)."""
+        if not self._foreign(record):
+            return False
+        if getattr(get_tool_environment(record.environment), "rebuildable_state", False):
+            return False
+        return self._replica_alive(record) is not False
+
+    def _replica_alive(self, record: SessionRecord) -> bool | None:
+        alive = getattr(self.store, "replica_alive", None)
+        return alive(record.replica) if alive is not None and record.replica is not None else None
+
+    async def _reach(self, record: SessionRecord, action: str) -> bool:
+        """Make an open session's state reachable here before `action` (step, finish, delete).
+
+        A session opened by another replica: an environment with `rebuildable_state` (its `start` rebuilds all
+        its calls need) gets fresh state here for a step, closed after it (returns True); otherwise, while its
+        replica lives, a 421 names that replica. When the replica is gone with its state (an interpreter), a
+        step ends the session with `sandbox_error` (a machinery failure, masked) and answers 409 with that
+        final score; finish and delete go on here (they need no state).
+        """
+        if not self._foreign(record):
+            return False
+        env = get_tool_environment(record.environment)
+        if getattr(env, "rebuildable_state", False):
+            if action != "step":
+                return False
+            try:
+                self._states[record.session_id] = await env.start(record.task, record.limits)
+            except ToolMachineryError as exc:
+                raise RequestError(503, f"{env.name}: the environment could not start: {exc}") from None
+            return True
+        alive = self._replica_alive(record)
+        if alive is not False:
+            raise SessionElsewhere(record.session_id, record.replica or "?", record.replica_url)
+        if action == "step":
+            error = f"replica {record.replica} holding this session's state is gone"
+            await self._fail(record, Status.sandbox_error, Status.sandbox_error.value, error)
+            await self._touch(record)
+            raise SessionConflict(
+                f"session {record.session_id!r} has ended ({record.end_reason}): {error}",
+                record.score,
+                record.end_reason,
+            )
+        return False
 
     def _message_size(self, message: dict[str, Any], field: str) -> int:
         size = json_size(message)
@@ -657,6 +1002,7 @@ class SessionManager:
             record = await self.store.get(session_id)
             if record is None:
                 return
+            await self._reach(record, "delete")
             if not record.done:
                 record.done, record.end_reason, record.status = True, "closed", None
                 self.observer.ended(record.environment, "closed", "closed")
@@ -691,6 +1037,7 @@ class SessionManager:
                 raise SessionConflict(f"step {step} is out of order: the next step is {taken + 1}")
             parsed_message = _assistant_message(message, "message")
             self._check_budget(record, size, "message")
+            borrowed = await self._reach(record, "step")
             started = time.perf_counter()
             backup = record.model_copy(deep=True)
             try:
@@ -698,6 +1045,9 @@ class SessionManager:
             except BaseException:  # a failed step leaves the session as it was: retrying step n is safe
                 await self.store.put(backup)
                 raise
+            finally:
+                if borrowed:  # state rebuilt for this step only: the replica that opened it keeps its own
+                    await self._release(record)
             result = {"step": taken + 1, **result}
             record.steps.append(result)
             record.step_messages.append(fingerprint)
@@ -726,6 +1076,7 @@ class SessionManager:
                 if record.score is None:
                     raise SessionConflict(f"session {session_id!r} has ended ({record.end_reason})")
                 return record.score
+            await self._reach(record, "finish")
             end_reason = "no_tool_call"
             if message is not None:
                 parsed = _assistant_message(message, "message")
@@ -958,6 +1309,10 @@ class SessionManager:
 
     async def _release(self, record: SessionRecord) -> None:
         state = self._states.pop(record.session_id, None)
+        if record.done and record.replica is not None:
+            tell = getattr(self.store, "release_elsewhere", None)
+            if tell is not None:  # ended here: the replica that opened it frees the state it holds
+                await tell(record)
         if state is None:
             return
         env = get_tool_environment(record.environment)
@@ -998,6 +1353,14 @@ class SessionManager:
         now = self.clock()
         self._last_sweep = now
         handled = 0
+        released = getattr(self.store, "released", None)
+        for session_id, environment in await released() if released is not None else []:
+            state = self._states.pop(session_id, None)  # the session ended on another replica
+            if state is not None:
+                try:
+                    await get_tool_environment(environment).close(state)
+                except Exception:  # close must not raise; a broken one must not stop the sweep
+                    log.exception("%s: close raised", environment)
         for session_id in await self.store.due(now):
             if self._busy(session_id):  # a step is running: it will refresh the expiry
                 continue
@@ -1036,7 +1399,10 @@ class SessionManager:
                 await self._sweeper
             self._sweeper = None
         for session_id in list(self._states):
-            record = await self.store.get(session_id)
+            try:
+                record = await self.store.get(session_id)
+            except RequestError:  # a shared store that is down: the state is dropped with the process
+                record = None
             if record is not None:
                 await self._release(record)
             else:
