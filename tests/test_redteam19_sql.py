@@ -1,13 +1,14 @@
 """Red team of `tool.sql_explore`: each test is one attack a policy or a hostile client would try.
 
-Confirmed and fixed here: a query hidden in a nested fence inside the answer block (the sql verifier re-reads
-the block and grades the inner query, not the one written); the too-large observation that named the wrong
-cap; the policy's own CPU-heavy queries, run all at once, oversubscribing the machine into a masked `timeout`
-(concurrent worker queries are bounded, and a wall-clock stop is retried with a longer backstop before it
-counts as machinery); session copies filling the disk (a byte budget, past it the shared read-only stage), and
-copies a dead process left behind (swept). Refuted (they pass): the write paths, pragmas, non-allow-listed
-functions, memory bombs, closing on every end reason. Open (xfail, strict): the clock functions, which belong
-to the sql worker's allow-list (verifiers/sql), and a constant that detects the fixed derived copies.
+Confirmed and fixed here: a query hidden in a nested fence inside the answer block (the sql verifier re-read
+the block and graded the inner query, not the one written); a message of unclosed <answer> tags (quadratic
+regex: the grade stalled into a masked timeout); a constant that detects the fixed derived copies (closed by
+a third, thinned copy); the too-large observation that named the wrong cap; the policy's own CPU-heavy
+queries, run all at once, oversubscribing the machine into a masked `timeout` (worker queries bounded to one
+per core, a wall-clock stop retried with a longer backstop); session copies filling the disk (a byte budget,
+past it the shared read-only stage) and copies a dead process left behind (swept). Refuted (they pass): the
+write paths, pragmas, non-allow-listed functions, memory bombs, closing on every end reason. Open (xfail,
+strict): the clock functions, which belong to the sql worker's allow-list (verifiers/sql).
 """
 
 from __future__ import annotations
@@ -380,11 +381,47 @@ async def test_the_clock_cannot_be_read():
         await ENV.close(state)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: the derived copies are fixed and recognisable (doubled has exactly twice the rows), so a "
-    "constant that asks which copy it runs on is paid for a count that is stable under the perturbations.",
-)
-def test_a_constant_that_detects_the_doubled_copy_is_not_paid():
-    hack = "```sql\nSELECT CASE WHEN (SELECT count(*) FROM book) > 150 THEN 14 ELSE 7 END\n```"
-    assert verdict_on(GENRES_GOLD, hack).reward == 0.0
+# -- a constant that asks which database it runs on -------------------------------------------------------------
+
+DETECTORS = [
+    # "How many distinct genres": 7 survives the perturbed copies, and `doubled` has exactly twice the rows
+    # and twice the genres, so a constant keyed on any table's size was paid before the thinned copy.
+    f"SELECT CASE WHEN (SELECT count(*) FROM {table}) > {size} THEN 14 ELSE 7 END"
+    for table, size in (("book", 120), ("branch", 6), ("member", 200), ("loan", 1500))
+] + [
+    "SELECT CASE WHEN EXISTS (SELECT 1 FROM book WHERE genre LIKE '%#2') THEN 14 ELSE 7 END",
+    "SELECT CASE WHEN (SELECT count(*) FROM book) > 120 THEN 7 * (SELECT count(*) FROM book) / 120 ELSE 7 END",
+]
+
+
+@pytest.mark.parametrize("hack", DETECTORS)
+def test_a_constant_that_detects_the_derived_copies_is_not_paid(hack: str):
+    verdict = verdict_on(GENRES_GOLD, f"```sql\n{hack}\n```")
+    assert verdict.status is Status.ok and verdict.reward == 0.0, verdict
+    assert verdict.reason in ("derived_copy", "perturbation"), verdict
+    assert verdict_on(GENRES_GOLD, f"```sql\n{GENRES_GOLD}\n```").reward == 1.0
+
+
+def test_the_thinned_copy_keeps_the_constraints_and_moves_distinct_counts():
+    import sqlite3
+
+    bundled = database_path("library")
+    assert bundled is not None
+    before = bundled.read_bytes()
+    (thinned,) = copies.derived_copies(bundled, ("thinned",))
+    original = sqlite3.connect(f"file:{bundled}?mode=ro&immutable=1", uri=True)
+    conn = sqlite3.connect(f"file:{thinned}?mode=ro", uri=True)
+    try:
+        assert conn.execute("PRAGMA foreign_key_check").fetchall() == []
+        assert conn.execute("PRAGMA integrity_check").fetchone() == ("ok",)
+        query = "SELECT count(DISTINCT genre), count(*) FROM book"
+        (genres, books), (old_genres, old_books) = (
+            conn.execute(query).fetchone(),
+            original.execute(query).fetchone(),
+        )
+        assert genres == old_genres - 1 and 0 < books < old_books
+        assert conn.execute("SELECT count(*) FROM loan").fetchone()[0] > 0
+    finally:
+        conn.close()
+        original.close()
+    assert bundled.read_bytes() == before

@@ -18,13 +18,18 @@
   their column's range, dates moved on DATE_SHIFT_YEARS years, other text suffixed, foreign keys moved with
   the keys they reference), so counts, distinct counts, extremes and listed values change while every key,
   uniqueness and foreign-key constraint still holds and no new ties appear. A column (or table) whose CHECK
-  constraint refuses the new values is left as it was.
+  constraint refuses the new values is left as it was. `thinned`: in every table, the rows holding one value
+  (chosen by a seed from the content hash) of each low-cardinality text column are removed, then the rows whose
+  foreign keys dangle, so distinct counts fall by one and counts by amounts no rule predicts. Without it a
+  constant that asks which copy it runs on (`CASE WHEN (SELECT count(*) FROM book) > 120 THEN 14 ELSE 7 END`)
+  was paid for a distinct count, which the perturbed copies keep and `doubled` exactly doubles.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import random
 import secrets
 import shutil
 import sqlite3
@@ -40,7 +45,8 @@ SESSION_COPIES_MAX_BYTES = 512 * 1024 * 1024
 STALE_COPY_S = 2 * 86_400.0
 """A session copy unused this long (twice the longest idle time-to-live of a session) belongs to no session."""
 SWEEP_EVERY_S = 600.0
-DERIVED_VERSION = "1"
+DERIVED_VERSION = "2"
+DERIVED = ("scaled", "doubled", "thinned")
 _lock = threading.Lock()
 _budget_lock = threading.Lock()
 _copied_bytes = 0
@@ -221,11 +227,43 @@ def double(conn: sqlite3.Connection) -> None:
         _try(conn, [(sql, ())])
 
 
-def derived_copies(source: Path) -> list[Path]:
-    """The derived copies of a database (built on first use, then read from the cache folder)."""
+def thin(conn: sqlite3.Connection, rng: random.Random) -> None:
+    """Remove, in every table, the rows holding one value (rng's choice) of each low-cardinality text column
+    (2 to max(2, rows / 4) distinct texts, keys and foreign keys aside), then every row whose foreign key
+    points at a removed row, until nothing dangles."""
+    for table in _tables(conn):
+        keys = _key_columns(conn, table) | _foreign_columns(conn, table)
+        for name, _ in _columns(conn, table):
+            if name in keys:
+                continue
+            column, quoted_table = _quote(name), _quote(table)
+            (rows,) = conn.execute(f"SELECT count(*) FROM {quoted_table}").fetchone()
+            values = [
+                row[0]
+                for row in conn.execute(
+                    f"SELECT DISTINCT {column} FROM {quoted_table} WHERE typeof({column}) = 'text' "
+                    f"ORDER BY {column}"
+                )
+            ]
+            if 2 <= len(values) <= max(2, rows // 4):
+                conn.execute(f"DELETE FROM {quoted_table} WHERE {column} = ?", (rng.choice(values),))
+    while True:
+        removed = 0
+        for table in _tables(conn):
+            for name, (parent, column) in _parent_of(conn, table).items():
+                removed += conn.execute(
+                    f"DELETE FROM {_quote(table)} WHERE {_quote(name)} IS NOT NULL AND {_quote(name)} NOT IN "
+                    f"(SELECT {_quote(column)} FROM {_quote(parent)} WHERE {_quote(column)} IS NOT NULL)"
+                ).rowcount
+        if not removed:
+            return
+
+
+def derived_copies(source: Path, names: tuple[str, ...] = ("scaled", "doubled")) -> list[Path]:
+    """The derived copies of a database named (of DERIVED; built on first use, then read from the cache
+    folder). Grading uses all of DERIVED."""
     db_hash = content_hash(source)
     folder = cache_root() / "sql_explore" / f"{DERIVED_VERSION}-{db_hash}"
-    names = ["scaled", "doubled"]
     paths = [folder / f"{name}.sqlite" for name in names]
     if all(path.is_file() for path in paths):
         return paths
@@ -245,8 +283,10 @@ def derived_copies(source: Path) -> list[Path]:
                 dst.execute("BEGIN")
                 if name == "scaled":
                     scale(dst)
-                else:
+                elif name == "doubled":
                     double(dst)
+                else:
+                    thin(dst, random.Random(f"{db_hash}:{name}"))
                 dst.execute("COMMIT")
                 dst.execute("VACUUM")
             finally:

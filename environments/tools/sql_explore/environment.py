@@ -50,6 +50,7 @@ from proctor.environments.tools.base import (
     register_tool_environment,
 )
 from proctor.environments.tools.sql_explore.copies import (
+    DERIVED,
     derived_copies,
     release_copy,
     session_copy,
@@ -114,7 +115,8 @@ class SqlExploreReference(SqliteReference):
         default=DEFAULT_PERTURBATIONS, ge=0, le=8, description="The sql verifier's perturbed copies."
     )
     derived_copies: bool = Field(
-        default=True, description="Also match on the derived copies (scaled, doubled; see copies.py)."
+        default=True,
+        description="Also match on the derived copies (scaled, doubled, thinned; see copies.py).",
     )
 
     @field_validator("gold")
@@ -352,7 +354,7 @@ def _derived_mismatch(reference: SqliteReference, sql: str, options: SqlOptions)
         source = database_path(reference.db_id)
         if source is None:
             raise WorkerError(f"database {reference.db_id!r} disappeared from the database folder")
-        for copy in derived_copies(source):
+        for copy in derived_copies(source, DERIVED):
             target = sql_verifier._Target(reference, path=copy)  # noqa: SLF001 - the verifier's own runner
             failed = sql_verifier._mismatch_on(target, reference.golds, sql, options)  # noqa: SLF001
             if failed is not None:
