@@ -63,6 +63,32 @@ def customer_with(db: dict[str, Any], status: str, **want: Any) -> tuple[str, di
 # -- database and tasks -------------------------------------------------------------------------------------
 
 
+def test_database_and_tasks_are_identical_across_processes():
+    import subprocess
+    import sys
+
+    from proctor.environments.tools.orders.database import db_digest
+
+    code = (
+        "from proctor.environments.tools.orders.database import build, db_digest\n"
+        "from proctor.environments.tools.orders.environment import ORDERS\n"
+        "print(db_digest(build(0)), *[t.metadata['task_id'] for t in ORDERS.make_tasks('train', 0, 10)])"
+    )
+    here = " ".join(
+        [db_digest(build(0)), *[t.metadata["task_id"] for t in ORDERS.make_tasks("train", 0, 10)]]
+    )
+    for hash_seed in ("1", "2"):
+        out = subprocess.run(
+            [sys.executable, "-c", code],
+            capture_output=True,
+            text=True,
+            check=True,
+            env={**__import__("os").environ, "PYTHONHASHSEED": hash_seed},
+            timeout=120,
+        )
+        assert out.stdout.split() == here.split()
+
+
 def test_database_is_seeded_plain_data_and_copies_are_private():
     assert build(0) == build(0) and build(0) != build(1)
     one, two = fresh(0), fresh(0)
@@ -225,6 +251,8 @@ def test_the_customer_tells_facts_only_when_asked(by_kind):
         user.payment_method_id
         and user.payment_method_id in user_reply(reference, shop, "Which payment method?", gold)[0]
     )
+    said = user_reply(reference, shop, "Could you confirm your email address?", gold)[0]
+    assert said.startswith("My email is")  # a question for a fact, not a confirmation of an action
     said = user_reply(reference, shop, "<think>what is the email</think>Anything else?", gold)[0]
     assert user.email not in said  # the customer does not read the agent's thinking
 

@@ -14,7 +14,7 @@ hash of its content, so train and test never share a task.
 
 from __future__ import annotations
 
-import copy
+import json
 import random
 import re
 from datetime import date
@@ -164,7 +164,7 @@ class OrdersReference(BaseModel):
 
 def gold_database(reference: OrdersReference) -> dict[str, Any]:
     """The database after the gold writes, done as the task's customer (a copy; cached per reference)."""
-    return copy.deepcopy(_gold_database(canonical(reference_key(reference))))
+    return json.loads(_gold_database(canonical(reference_key(reference))))
 
 
 def reference_key(reference: OrdersReference) -> dict[str, Any]:
@@ -177,16 +177,14 @@ def reference_key(reference: OrdersReference) -> dict[str, Any]:
 
 
 @lru_cache(maxsize=256)
-def _gold_database(key: str) -> dict[str, Any]:
-    import json
-
+def _gold_database(key: str) -> str:
     parsed = json.loads(key)
     shop = Shop(fresh(parsed["db_seed"]), authenticated=parsed["customer_id"])
     for action in parsed["actions"]:
         text, status = shop.call(action["name"], action["arguments"])
         if status != "ok":
             raise ValueError(f"gold action {action['name']} fails on a fresh database: {text}")
-    return shop.db
+    return json.dumps(shop.db)
 
 
 # -- generation ---------------------------------------------------------------------------------------------

@@ -3,11 +3,12 @@
 The user reads each assistant message without a tool call (its text after any `<think>` block) and answers,
 in this order of precedence:
 
-1. A confirmation request (the word `confirm` and a question mark): the user reads the proposed action from
-   the text (the action's word: cancel / exchange / address / refund, in that precedence; the order ids; for
-   a refund the dollar amounts and the payment method ids; for an exchange the item ids; for an address its
-   line, city and zip, and no other zip code; for a cancellation the reason) and says `yes` only when it is exactly the write they
-   want (`reference.wanted`), down to every detail. That yes lets the next write call, and only the next one,
+1. A confirmation request (the word `confirm`, a question mark, an action's word and an order id; "can you
+   confirm your email?" is a question for a fact, step 3): the user reads the proposed action from the text
+   (the action's word: cancel / exchange / address / refund, in that precedence; the order ids; for a refund
+   the dollar amounts and the payment method ids; for an exchange the item ids; for an address its line, city
+   and zip, and no other zip code; for a cancellation the reason) and says `yes` only when it is exactly the
+   write they want (`reference.wanted`), down to every detail. That yes lets the next write call, and only the next one,
    count as confirmed when it is exactly that action (`Shop.confirmed`). Anything else is a `no`.
 2. The end: for an `act` task once the session's database equals the gold database, for a `refuse` task once
    the agent says it cannot, for an `inform` task once the agent states a date or an amount, the user thanks
@@ -165,6 +166,17 @@ def proposed_action(text: str, reference: OrdersReference) -> dict[str, Any] | N
     return canonical_action(name, {"order_id": order_id, **parts})
 
 
+def confirmation_request(text: str) -> bool:
+    """Whether the text asks the customer to confirm an action on an order: `confirm`, a question mark, an
+    action's word and an order id."""
+    return bool(
+        _CONFIRM.search(text)
+        and "?" in text
+        and ORDER_ID.search(text)
+        and any(pattern.search(text) for _, pattern in _ACTION_WORDS)
+    )
+
+
 def _facts(reference: OrdersReference) -> dict[str, str]:
     user = reference.user
     told = {
@@ -191,7 +203,7 @@ def user_reply(
     Sets (or clears) `shop.confirmed`: a yes confirms exactly the wanted action for the next write only."""
     text = visible_text(message)
     shop.confirmed = None
-    if _CONFIRM.search(text) and "?" in text:
+    if confirmation_request(text):
         proposal = proposed_action(text, reference)
         wanted = reference.wanted
         if (
