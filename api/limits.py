@@ -123,11 +123,13 @@ class RateLimiter:
         return allowed, wait, "local"
 
 
-def caller_key(scope: Scope) -> str:
-    """Whose bucket a request takes from: a hash of its bearer token, else its client address."""
-    for name, value in scope.get("headers", ()):
-        if name == b"authorization":
-            return "token:" + hashlib.sha256(value).hexdigest()[:32]
+def caller_key(scope: Scope, by_token: bool) -> str:
+    """Whose bucket a request takes from: a hash of its bearer token when the service checks tokens, else its
+    client address (without auth any header is unchecked: a caller could name a fresh bucket per request)."""
+    if by_token:
+        for name, value in scope.get("headers", ()):
+            if name == b"authorization":
+                return "token:" + hashlib.sha256(value).hexdigest()[:32]
     client = scope.get("client")
     return "addr:" + (str(client[0]) if client else "unknown")
 
@@ -136,23 +138,25 @@ class RateLimitMiddleware:
     """Answer 429 with Retry-After when a caller's bucket is empty (PROCTOR_RATE_LIMIT_PER_S and _BURST).
 
     Added inside the bearer-token check, so only callers that passed it spend tokens (a stranger's requests
-    are turned away with 401 before they reach a bucket)."""
+    are turned away with 401 before they reach a bucket); `by_token` is whether that check is on."""
 
     def __init__(
         self,
         app: ASGIApp,
         limiter: RateLimiter,
         on_limited: Callable[[str], None] | None = None,
+        by_token: bool = False,
     ):
         self.app = app
         self.limiter = limiter
         self.on_limited = on_limited
+        self.by_token = by_token
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope.get("path") in RATE_LIMIT_EXEMPT:
             await self.app(scope, receive, send)
             return
-        allowed, wait_s, bucket = self.limiter.take(caller_key(scope))
+        allowed, wait_s, bucket = self.limiter.take(caller_key(scope, self.by_token))
         if allowed:
             await self.app(scope, receive, send)
             return

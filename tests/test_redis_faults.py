@@ -97,7 +97,13 @@ def test_the_rate_limit_is_shared_by_replicas(redis_server: RedisServer, start_s
 
 def test_without_redis_the_same_limit_holds_per_process(start_server):
     url = start_server(PROCTOR_RATE_LIMIT_PER_S=0.01, PROCTOR_RATE_LIMIT_BURST=2)
-    codes = [httpx.post(f"{url}/v1/score", json=text_item(n), timeout=60).status_code for n in range(4)]
+    # Without auth, a fresh Authorization header per request names no fresh bucket: the address is the caller.
+    codes = [
+        httpx.post(
+            f"{url}/v1/score", json=text_item(n), headers={"Authorization": f"Bearer {n}"}, timeout=60
+        ).status_code
+        for n in range(4)
+    ]
     assert codes == [200, 200, 429, 429]
     assert metric_value(metrics_text(url), "proctor_rate_limited_total", bucket="local") == 2
     assert httpx.get(f"{url}/healthz", timeout=30).json()["redis"] == "off"
@@ -131,11 +137,13 @@ def test_the_bucket_script_is_atomic_under_concurrent_takers(redis_server: Redis
 
 def test_buckets_are_per_token_or_address_and_fall_back_to_this_process(redis_server: RedisServer):
     base: dict[str, Any] = {"type": "http", "path": "/v1/score", "client": ("10.0.0.1", 5000)}
-    assert caller_key({**base, "headers": [(b"authorization", b"Bearer one")]}) != caller_key(
-        {**base, "headers": [(b"authorization", b"Bearer two")]}
-    )
-    assert caller_key({**base, "headers": []}) == "addr:10.0.0.1"
-    assert "Bearer" not in caller_key({**base, "headers": [(b"authorization", b"Bearer one")]})
+    one = {**base, "headers": [(b"authorization", b"Bearer one")]}
+    two = {**base, "headers": [(b"authorization", b"Bearer two")]}
+    assert caller_key(one, True) != caller_key(two, True)
+    assert "Bearer" not in caller_key(one, True)
+    assert caller_key({**base, "headers": []}, True) == "addr:10.0.0.1"
+    # Without auth a header is unchecked: every request from one address shares its bucket, whatever it sends.
+    assert caller_key(one, False) == caller_key(two, False) == "addr:10.0.0.1"
     limiter = RateLimiter(0.001, 1, SharedRedis(redis_server.url))
     try:
         assert limiter.take("token:one") == (True, 0.0, "redis")
