@@ -356,6 +356,31 @@ def test_the_session_copy_is_deleted_on_every_end_reason(
     assert session_copies() - before == set()
 
 
+async def test_the_session_copy_is_deleted_when_the_session_expires_or_is_deleted():
+    from proctor.engine import Engine
+    from proctor.environments.tools.sessions import SessionManager
+    from proctor.settings import Settings
+
+    now = [1000.0]
+    engine = Engine(Settings(cache_size=0))
+    sessions = SessionManager(engine=engine, clock=lambda: now[0], retention_s=5.0, sweep_interval_s=3600)
+    task = ENV.make_tasks("train", 0, 1)[0].model_dump(mode="json")
+    before = session_copies()
+    try:
+        expiring = (await sessions.create({"environment": NAME, "task": task}))["session_id"]
+        await sessions.step(expiring, call("SELECT count(*) FROM book"))
+        deleted = (await sessions.create({"environment": NAME, "task": task}))["session_id"]
+        assert len(session_copies() - before) == 2
+        await sessions.delete(deleted)
+        assert len(session_copies() - before) == 1
+        now[0] += 100_000
+        assert await sessions.sweep() >= 1
+        assert session_copies() - before == set()
+    finally:
+        await sessions.close()
+        engine.close()
+
+
 # -- open --------------------------------------------------------------------------------------------------------
 
 
