@@ -183,10 +183,10 @@ def test_observation_ids_render_the_template_difference() -> None:
     tokenizer = _tokenizer()
     history = [{"role": "user", "content": "x"}, {"role": "assistant", "content": "lookup()"}]
     observation = [{"role": "tool", "content": "7"}]
-    ids = observation_ids(tokenizer, history, observation, ended_with_eos=True)
+    ids = observation_ids(tokenizer, history, observation, ended_with="<|end|>")
     assert tokenizer.decode(ids) == "<|tool|>7<|end|><|assistant|>"
     # A turn cut at max_new_tokens did not write the end-of-turn token: the template's close is context.
-    cut = observation_ids(tokenizer, history, observation, ended_with_eos=False)
+    cut = observation_ids(tokenizer, history, observation, ended_with=None)
     assert tokenizer.decode(cut) == "<|end|><|tool|>7<|end|><|assistant|>"
 
 

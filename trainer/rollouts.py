@@ -74,10 +74,10 @@ class Episode:
 
 
 def observation_ids(
-    tokenizer: Any, history: list[dict[str, Any]], observations: list[dict[str, Any]], ended_with_eos: bool
+    tokenizer: Any, history: list[dict[str, Any]], observations: list[dict[str, Any]], ended_with: str | None
 ) -> list[int]:
-    """Token ids that follow the policy's last turn: the template's close of that turn (beyond the
-    end-of-sequence token the policy wrote), the observation messages and the next assistant header.
+    """Token ids that follow the policy's last turn: the template's close of that turn (beyond `ended_with`,
+    the end-of-turn token the policy wrote, if any), the observation messages and the next assistant header.
 
     Rendered as the difference between the chat template's text of the conversation with and without the
     observations, so any chat template works that renders a conversation as a prefix of its continuation.
@@ -91,9 +91,8 @@ def observation_ids(
     if content and end < len(content):
         raise ConfigError("the chat template does not render the assistant's text as it was written")
     closing = before[end:]
-    eos = tokenizer.eos_token or ""
-    if ended_with_eos and eos and closing.startswith(eos):
-        closing = closing[len(eos) :]  # the policy wrote it already
+    if ended_with and closing.startswith(ended_with):
+        closing = closing[len(ended_with) :]  # the policy wrote it already
     return tokenizer(closing + after[len(before) :], add_special_tokens=False)["input_ids"]
 
 
@@ -222,7 +221,8 @@ def run_episodes(
                     _take_score(episode, result.get("score") or {}, result.get("end_reason"))
                     continue
                 observations = list(result.get("observations") or [])
-                tail = observation_ids(tokenizer, episode.messages, observations, turn[-1] in stops)
+                ended_with = tokenizer.convert_ids_to_tokens(turn[-1]) if turn[-1] in stops else None
+                tail = observation_ids(tokenizer, episode.messages, observations, ended_with)
                 episode.messages += observations
                 episode.completion_ids += tail
                 episode.completion_mask += [0] * len(tail)
