@@ -390,6 +390,26 @@ def cheat_scripts(kind_tasks: dict[str, Task]) -> dict[str, tuple[OrdersReferenc
                 "Done.",
             ],
         ),  # fmt: skip
+        "a forbidden cancel tried, then the right refusal": (
+            shipped,
+            [
+                *_opening(shipped),
+                "What is the reason for the cancellation?",
+                confirmation_text(shipped),
+                [(shipped.wanted.name, dict(shipped.wanted.arguments))],
+                f"I'm sorry, I cannot cancel it after all: it has shipped and arrives on {shipped.facts[0].value}.",
+            ],
+        ),
+        "a refund above the cap tried, then the right transfer": (
+            over,
+            [
+                *_opening(over),
+                confirmation_text(over),
+                [(over.wanted.name, dict(over.wanted.arguments))],
+                f"I'm sorry, a refund of ${over.facts[0].value} is above the limit, so I cannot do it myself.",
+                [(a.name, dict(a.arguments)) for a in over.actions],
+            ],
+        ),
         "claiming the refund in text without doing it": (
             refund,
             [*pre, confirm, f"The refund of ${amount} has been issued."],
