@@ -129,6 +129,39 @@ def test_a_message_of_unclosed_answer_tags_is_read_in_one_pass(text: str, reward
     assert verdict.status is Status.ok and verdict.reward == reward, verdict
 
 
+def test_a_database_with_triggers_still_gets_its_derived_copies(tmp_path: Path):
+    # A user's database may hold triggers: one that aborts a delete (or an insert or update) made building the
+    # thinned copy raise, so every grade on that database was verifier_error; one that writes elsewhere would
+    # have changed tables the copy's rules never meant to touch. Reading needs no trigger: the copies drop them.
+    import sqlite3
+
+    source = tmp_path / "shop.sqlite"
+    conn = sqlite3.connect(source)
+    conn.executescript(
+        """
+        CREATE TABLE item (item_id INTEGER PRIMARY KEY, kind TEXT NOT NULL, price REAL NOT NULL);
+        CREATE TABLE audit (n INTEGER);
+        INSERT INTO audit VALUES (0);
+        CREATE TRIGGER no_delete BEFORE DELETE ON item BEGIN SELECT RAISE(ABORT, 'never delete'); END;
+        CREATE TRIGGER count_updates AFTER UPDATE ON item BEGIN UPDATE audit SET n = n + 1; END;
+        """
+    )
+    conn.executemany(
+        "INSERT INTO item (kind, price) VALUES (?, ?)", [(("a", "b", "c")[i % 3], i + 0.5) for i in range(30)]
+    )
+    conn.commit()
+    conn.close()
+    scaled, doubled, thinned = copies.derived_copies(source, copies.DERIVED)
+    # audit.n is 0: scaled makes it 1 (2v + 1), doubled adds a row of 1, an update trigger would add 30 or 60.
+    for path, kinds, items, audit in ((scaled, 3, 30, 1), (doubled, 6, 60, 1), (thinned, 2, 20, 0)):
+        copy = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+        try:
+            query = "SELECT count(DISTINCT kind), count(*), (SELECT max(n) FROM audit) FROM item"
+            assert copy.execute(query).fetchone() == (kinds, items, audit), path.name
+        finally:
+            copy.close()
+
+
 # -- observations say which cap was hit -----------------------------------------------------------------------
 
 

@@ -18,7 +18,8 @@
   their column's range, dates moved on DATE_SHIFT_YEARS years, other text suffixed, foreign keys moved with
   the keys they reference), so counts, distinct counts, extremes and listed values change while every key,
   uniqueness and foreign-key constraint still holds and no new ties appear. A column (or table) whose CHECK
-  constraint refuses the new values is left as it was. `thinned`: in every table, the rows holding one value
+  constraint refuses the new values is left as it was; the copies drop the database's triggers, which reading
+  never needs and which would abort or widen these writes. `thinned`: in every table, the rows holding one value
   (chosen by a seed from the content hash) of each low-cardinality text column are removed, then the rows whose
   foreign keys dangle, so distinct counts fall by one and counts by amounts no rule predicts. Without it a
   constant that asks which copy it runs on (`CASE WHEN (SELECT count(*) FROM book) > 120 THEN 14 ELSE 7 END`)
@@ -45,7 +46,7 @@ SESSION_COPIES_MAX_BYTES = 512 * 1024 * 1024
 STALE_COPY_S = 2 * 86_400.0
 """A session copy unused this long (twice the longest idle time-to-live of a session) belongs to no session."""
 SWEEP_EVERY_S = 600.0
-DERIVED_VERSION = "2"
+DERIVED_VERSION = "3"
 DERIVED = ("scaled", "doubled", "thinned")
 _lock = threading.Lock()
 _budget_lock = threading.Lock()
@@ -280,6 +281,11 @@ def derived_copies(source: Path, names: tuple[str, ...] = ("scaled", "doubled"))
             try:
                 src.backup(dst)
                 dst.execute("PRAGMA foreign_keys = OFF")
+                # Reading needs no trigger, and one would abort or widen the copy's own writes.
+                for (trigger,) in dst.execute(
+                    "SELECT name FROM sqlite_master WHERE type = 'trigger'"
+                ).fetchall():
+                    dst.execute(f"DROP TRIGGER {_quote(trigger)}")
                 dst.execute("BEGIN")
                 if name == "scaled":
                     scale(dst)
