@@ -1,6 +1,6 @@
 """`tool.demo_lookup`: a toy tool task for the reference trainer; the answer is a hidden value only a tool reveals.
 
-Each task hides a seeded number (one digit at level `easy`, two at `medium`, four at `hard`). The one tool,
+Each task hides a seeded number (one digit in 0-5 at level `easy`, two digits at `medium`, four at `hard`). The one tool,
 `lookup()`, takes no arguments and returns the number. The policy is paid for answering with it:
 
 - the answer is the first whole number in the assistant text after the last observation (`final_answer_text`,
@@ -10,7 +10,9 @@ Each task hides a seeded number (one digit at level `easy`, two at `medium`, fou
   calls the tool earns 0 however well it guesses;
 - a final message that calls a tool (even one that cannot be read) is not an answer.
 
-The prompt carries nothing about the value, and no observation says whether an answer is right. It is small
+The prompt carries nothing about the value, and no observation says whether an answer is right. The prompt is
+short (`Hidden number?`) on purpose: an untrained tiny model's attention spreads evenly over its context, and a
+long instruction would drown the observed digit. The task is small
 enough that a randomly initialised 2-layer model learns it with GRPO on a CPU in a few minutes
 (`trainer/configs/tiny_tools.yaml`, `tests/test_trainer_tools.py`).
 """
