@@ -157,7 +157,7 @@ def run(seeds: list[int], gate: int) -> tuple[str, dict[str, Any]]:
         "All three see the same replayed database.",
         "",
         "The last column is tau2's action check alone (a gold action counts as done when some call matches it "
-        "on the keys the agent sent), which some trainers use as a reward by itself.",
+        "on the keys the agent sent), shown apart because it is the rule the design brief names.",
         "",
         "| transcript | kind | Proctor | tau-bench-style | tau2-style | Proctor's reason | tau2 action check |",
         "|---|---|---|---|---|---|---|",
