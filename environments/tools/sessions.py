@@ -445,14 +445,15 @@ class RedisSessionStore:
         """The record, from this process or Redis; 503 while Redis cannot be read."""
         if self._is_local(session_id):
             return await self.local.get(session_id)
-        raw = await asyncio.to_thread(
-            self.shared.call, "session_get", lambda r: r.get(self._record_key(session_id)), DOWN_MARK
-        )
-        if raw is DOWN_MARK:
-            raise self._unavailable()
-        if raw is None:
-            return None
-        return SessionRecord.model_validate_json(raw)
+
+        def read() -> SessionRecord | None:
+            raw = self.shared.call("session_get", lambda r: r.get(self._record_key(session_id)), DOWN_MARK)
+            if raw is DOWN_MARK:
+                raise self._unavailable()
+            # Parsed on the thread too: a transcript of megabytes would stall the event loop.
+            return None if raw is None else SessionRecord.model_validate_json(raw)
+
+        return await asyncio.to_thread(read)
 
     async def put(self, record: SessionRecord) -> None:
         """Store a changed record where it lives; 503 when Redis cannot take it."""
