@@ -227,6 +227,25 @@ def test_each_write_is_checked_against_policy_and_logged_as_attempted():
     assert shop.log[-1]["status"] == "ok"
 
 
+def test_no_argument_makes_a_tool_raise():
+    """Any JSON value in any argument is an observation, never an exception (which a session would turn into a
+    masked machinery failure instead of the policy's 0)."""
+    db = fresh(0)
+    customer = next(iter(db["customers"].values()))
+    order = db["orders"][customer["orders"][0]]
+    weird: list[Any] = [None, True, 0, -1, 1e307, -1e307, 1e-9, 10**30, "", "x" * 5000, [], [None], [1, 2], {},
+                        {"a": 1}, order["order_id"], customer["customer_id"], customer["email"], 12.345,
+                        [order["items"][0]["item_id"]], ["I000000", "I000000"], float("nan"), float("inf")]  # fmt: skip
+    rng = random.Random(0)
+    for tool in ORDERS.tools():
+        keys = list(tool.parameters["properties"])
+        for _ in range(400):
+            arguments = {k: rng.choice(weird) for k in keys if rng.random() < 0.9}
+            shop = Shop(fresh(0), authenticated=rng.choice([None, customer["customer_id"]]))
+            text, status = shop.call(tool.name, arguments)
+            assert isinstance(text, str) and status in ("ok", "error")
+
+
 def test_transfer_records_who_was_transferred_and_ends_the_conversation():
     shop = Shop(fresh(0))
     text, status = shop.call("transfer_to_human", {"summary": "x"})
@@ -306,6 +325,18 @@ def test_the_customer_stops_when_satisfied(by_kind):
 
 
 # -- reading facts --------------------------------------------------------------------------------------------
+
+
+def test_reading_long_adversarial_text_terminates_and_counts_nothing_false():
+    """Digit groups, unclosed thinking and dollar signs by the thousand are read in one linear scan (a
+    backtracking pattern took minutes on 100,000 characters of `,000`)."""
+    assert amounts("1" + ",000" * 25_000) == []
+    assert amounts("$" + "1" * 100_000) == []  # no amount of a hundred thousand digits
+    assert len(amounts("$1,000 " * 10_000)) == 10_000
+    assert dates("<think>" * 10_000) == []
+    reference = OrdersReference.model_validate(kind_tasks()["refund"].reference)
+    said, ended = user_reply(reference, Shop(fresh(0)), "<think>" + "confirm refund O12345 ? " * 5_000, {})
+    assert not said.startswith("Yes") and not ended
 
 
 def test_amounts_and_dates_are_read_as_values():

@@ -38,6 +38,8 @@ WRITE_TOOLS = ("cancel_order", "refund", "exchange_items", "change_address", "tr
 CONFIRMED_WRITES = ("cancel_order", "refund", "exchange_items", "change_address")
 """Writes that need the customer's explicit yes first (a transfer does not)."""
 MAX_ARGUMENT_CHARS = 300
+MAX_AMOUNT = 10_000_000
+"""The largest amount (dollars) a call is read as; larger is not an amount."""
 
 
 def _object(properties: dict[str, Any], required: list[str] | None = None) -> dict[str, Any]:
@@ -198,6 +200,8 @@ def cents_of(amount: Any) -> int | None:
     """A dollar amount (a JSON number) as integer cents, or None when it is not a positive amount with at most
     two decimals (a bool is not a number)."""
     if isinstance(amount, bool) or not isinstance(amount, (int, float)) or not math.isfinite(amount):
+        return None
+    if not 0 < amount <= MAX_AMOUNT:  # beyond it cents overflow a float (1e307 * 100 is inf)
         return None
     cents = round(amount * 100)
     if cents <= 0 or abs(amount * 100 - cents) > 1e-6:

@@ -34,7 +34,8 @@ ORDER_ID = re.compile(r"\bO\d{5}\b")
 ITEM_ID = re.compile(r"\bI\d{6}\b")
 _ZIP = re.compile(r"(?<![\w-])\d{5}(?![\w-])")
 PAYMENT_ID = re.compile(r"\b(?:card|gift_card|paypal)_\d{4}\b")
-_THINK = re.compile(r"<think>.*?</think>|<think>.*\Z", re.S | re.I)
+MAX_READ_CHARS = 50_000
+"""The customer and the grader read at most this much of one assistant message (after `<think>` blocks)."""
 _CONFIRM = re.compile(r"\bconfirm", re.I)
 _REFUSAL = re.compile(
     r"\b(?:cannot|can ?not|can't|can’t|unable|not able|not possible|not eligible|not allowed|won't be able)\b",
@@ -58,15 +59,30 @@ _TOPICS = (
 
 
 def visible_text(text: str) -> str:
-    """What the customer sees of an assistant message: the text without `<think>` blocks."""
-    return _THINK.sub(" ", text)
+    """What the customer sees of an assistant message: the text without `<think>...</think>` blocks (an
+    unclosed one hides the rest), at most MAX_READ_CHARS characters. One linear scan."""
+    lowered = text.lower()
+    parts: list[str] = []
+    position = 0
+    while True:
+        start = lowered.find("<think>", position)
+        if start < 0:
+            parts.append(text[position:])
+            break
+        parts.append(text[position:start])
+        end = lowered.find("</think>", start)
+        if end < 0:
+            break
+        position = end + len("</think>")
+    return " ".join(parts)[:MAX_READ_CHARS]
 
 
-_MONEY = re.compile(
-    r"(?:\$|\busd\s?)\s*(?P<a>\d{1,3}(?:,\d{3})+|\d+)(?:\.(?P<b>\d{1,2}))?(?!\d)"
-    r"|\b(?P<c>\d{1,3}(?:,\d{3})+|\d+)(?:\.(?P<d>\d{1,2}))?\s*(?:dollars?|usd)\b",
-    re.I,
+_NUMBER = re.compile(
+    r"(?P<pre>\$|\busd\b)?\s*(?P<num>\d[\d,]*(?:\.\d+)?)(?P<post>\s*(?:dollars?|usd)\b)?", re.I
 )
+"""A number with what may make it money around it; every part after the digits is optional and the digits
+are a character class, so a scan is linear (no backtracking over digit groups)."""
+_GROUPED = re.compile(r"\d{1,3}(?:,\d{3})+|\d+")
 _ISO_DATE = re.compile(r"\b(\d{4})-(\d{2})-(\d{2})\b")
 _MONTHS = {
     name: number
@@ -91,10 +107,14 @@ def amounts(text: str) -> list[int]:
     """Every money amount the text states, in cents, in order: `$45`, `$1,045.50`, `45.50 dollars`,
     `USD 45`. A bare number (an id, a count of days) is not money."""
     found = []
-    for match in _MONEY.finditer(text):
-        whole = (match.group("a") or match.group("c")).replace(",", "")
-        cents = match.group("b") or match.group("d") or "0"
-        found.append(int(whole) * 100 + int(cents.ljust(2, "0")))
+    for match in _NUMBER.finditer(text):
+        if not match.group("pre") and not match.group("post"):
+            continue
+        number = match.group("num").rstrip(",")
+        whole, _, decimals = number.partition(".")
+        if len(decimals) > 2 or len(whole) > 12 or not _GROUPED.fullmatch(whole):
+            continue  # not an amount as people write one (45.505, 1,00)
+        found.append(int(whole.replace(",", "")) * 100 + int(decimals.ljust(2, "0") or "0"))
     return found
 
 
