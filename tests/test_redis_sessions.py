@@ -154,6 +154,15 @@ async def test_one_step_runs_once_when_two_replicas_get_it_at_once(
     replicas: list[Replica], monkeypatch: pytest.MonkeyPatch
 ):
     monkeypatch.setattr(SearchQA, "rebuildable_state", True, raising=False)
+    calls: list[str] = []
+    original = SearchQA.call
+
+    async def counted(self: SearchQA, state: Any, name: str, arguments: dict[str, Any]) -> Any:
+        calls.append(name)
+        await asyncio.sleep(0.2)  # a slow tool: the other replica's step arrives while this one runs
+        return await original(self, state, name, arguments)
+
+    monkeypatch.setattr(SearchQA, "call", counted)
     a, b = replicas
     assistant, _ = gold_steps()
     sid = (await a.sessions.create({"environment": "tool.search_qa", "task": TASK_REF}))["session_id"]
@@ -161,6 +170,7 @@ async def test_one_step_runs_once_when_two_replicas_get_it_at_once(
         a.sessions.step(sid, assistant[0], step=1), b.sessions.step(sid, assistant[0], step=1)
     )
     assert first == second  # the later one is the idempotent repeat of the earlier
+    assert len(calls) == 1  # the tool ran once: the Redis lock held the other replica back
     record = await a.sessions.get(sid)
     assert len(record["steps"]) == 1 and record["usage"]["tool_calls"] == 1
     with pytest.raises(SessionConflict):  # and the lock kept the step numbering exact
