@@ -11,7 +11,9 @@ ARG SERVICE_IMAGE=proctor:latest
 FROM ${SERVICE_IMAGE}
 # python3 here is Debian's /usr/bin/python3, the one sandboxed Python programs run with; the service keeps its
 # own interpreter and venv under /usr/local and /opt/proctor.
-RUN apt-get update \
+# Slim images drop manual pages, and openjdk's postinst still links java.1.gz there: the folder must exist.
+RUN mkdir -p /usr/share/man/man1 \
+    && apt-get update \
     && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
         python3 \
         gcc \

@@ -17,12 +17,14 @@ import contextlib
 import io
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
 import tarfile
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
@@ -34,6 +36,7 @@ if sys.version_info >= (3, 11):
 else:  # Python 3.10
     import tomli as tomllib
 
+from proctor.settings import Settings
 from tests.conftest import free_port
 from tests.test_sandbox_docker import Dockerd, _can_mount
 
@@ -129,6 +132,11 @@ def test_proxy_config_is_mounted_and_forwards_to_the_replicas(compose: dict) -> 
     assert text.count("proxy_pass http://proctor;") >= 1
     published = proxy["ports"][0]
     assert published.startswith("127.0.0.1:8000:8000"), published
+    # The proxy lets through every body the service accepts (the service answers 413 itself beyond that).
+    limit = re.search(r"^    client_max_body_size (\d+)m;", text, re.M)
+    assert (
+        limit is not None and int(limit.group(1)) * 2**20 >= Settings.model_fields["max_body_bytes"].default
+    )
 
 
 def test_compose_refuses_to_run_without_a_token_or_password() -> None:
@@ -247,19 +255,22 @@ def daemon_url() -> Iterator[str]:
 @pytest.fixture(scope="module")
 def service_image(daemon_url: str, tmp_path_factory: pytest.TempPathFactory) -> str:
     """docker/Dockerfile built on the private daemon from an imported base and a local wheelhouse; its tag."""
-    made = subprocess.run(
-        [str(DOCKER_DIR / "host-python-image.sh"), BASE_IMAGE],
-        env={
-            **os.environ,
-            "DOCKER_HOST": daemon_url,
-            "DOCKER": shutil.which("docker", path="/usr/bin") or "docker",
-        },
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    # The wheelhouse (pip, network-bound) fills while the base image is made and imported (disk-bound).
+    with ThreadPoolExecutor(max_workers=1) as background:
+        wheels = background.submit(wheelhouse, tmp_path_factory.mktemp("wheels"))
+        made = subprocess.run(
+            [str(DOCKER_DIR / "host-python-image.sh"), BASE_IMAGE],
+            env={
+                **os.environ,
+                "DOCKER_HOST": daemon_url,
+                "DOCKER": shutil.which("docker", path="/usr/bin") or "docker",
+            },
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        context = build_context(wheels.result())
     assert made.returncode == 0, f"host-python-image.sh failed:\n{made.stdout}\n{made.stderr}"
-    context = build_context(wheelhouse(tmp_path_factory.mktemp("wheels")))
     docker_cli(
         daemon_url,
         "build",
@@ -321,9 +332,13 @@ def test_service_refuses_an_open_bind_without_a_token(daemon_url: str, service_i
     assert "PROCTOR_TOKEN" in done.stdout + done.stderr
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def container(daemon_url: str, service_image: str) -> Iterator[tuple[str, str]]:
-    """The image's own entrypoint and command, serving on a free loopback port of the host; (id, base URL)."""
+    """The image's own entrypoint and command, serving on a free loopback port of the host; (id, base URL).
+
+    One container for the module (starting one costs tens of seconds here): the SIGTERM test, last in the file,
+    stops it.
+    """
     port = free_port()
     # Host networking: the test's daemon sets up no bridge, and the service binds only the host's loopback.
     container_id = docker_cli(
