@@ -7,8 +7,8 @@ a third, thinned copy); the too-large observation that named the wrong cap; the 
 queries, run all at once, oversubscribing the machine into a masked `timeout` (worker queries bounded to one
 per core, a wall-clock stop retried with a longer backstop); session copies filling the disk (a byte budget,
 past it the shared read-only stage) and copies a dead process left behind (swept). Refuted (they pass): the
-write paths, pragmas, non-allow-listed functions, memory bombs, closing on every end reason. Open (xfail,
-strict): the clock functions, which belong to the sql worker's allow-list (verifiers/sql).
+write paths, pragmas, non-allow-listed functions, memory bombs, closing on every end reason. The clock functions
+are refused by the sql worker (verifiers/sql/sqlite_worker.py CLOCK_FUNCTIONS).
 """
 
 from __future__ import annotations
@@ -417,13 +417,6 @@ async def test_the_session_copy_is_deleted_when_the_session_expires_or_is_delete
 # -- open --------------------------------------------------------------------------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="verifiers/sql: the worker's allow-list has date/time/datetime/julianday/strftime/unixepoch/timediff, "
-    "which read the clock with 'now' or no argument (also built at run time, date('n' || 'ow')), so a final "
-    "query's result, and its score, depends on when it is graded: replay != live. Fix there: register "
-    "replacements that refuse 'now' (or pin it to a fixed instant) in sqlite_worker.py.",
-)
 async def test_the_clock_cannot_be_read():
     state = await ENV.start(ENV.make_tasks("train", 0, 1)[0], ENV.limits())
     try:
@@ -432,9 +425,23 @@ async def test_the_clock_cannot_be_read():
             "SELECT julianday()",
             "SELECT unixepoch()",
             "SELECT date('n' || 'ow')",
+            "SELECT datetime(' NOW ', '+1 day')",
+            "SELECT strftime('%Y')",
+            "SELECT strftime('%Y', 'now')",
+            "SELECT timediff('2024-01-01', 'now')",
+            "SELECT time(x'6e6f77')",
         ):
             result = await ENV.call(state, "sql", {"query": query})
             assert result.status == "error", (query, result)
+        # Dates that do not read the clock are SQLite's own functions, unchanged.
+        for query, shown in (
+            ("SELECT date('2024-01-31', '+1 day')", "2024-02-01"),
+            ("SELECT strftime('%Y', '2019-05-06')", "2019"),
+            ("SELECT julianday('2000-01-01') - julianday('1999-12-31')", "1.0"),
+            ("SELECT date(NULL)", "NULL"),
+        ):
+            result = await ENV.call(state, "sql", {"query": query})
+            assert result.status == "ok" and shown in result.content, (query, result)
     finally:
         await ENV.close(state)
 

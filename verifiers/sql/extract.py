@@ -23,7 +23,24 @@ logging.getLogger("sqlglot").setLevel(logging.ERROR)  # it warns on every unsupp
 
 MAX_SQL_CHARS = 100_000
 SQL_FENCE_LABELS = ("sql", "sqlite", "postgresql", "postgres")
-ANSWER = re.compile(r"<answer>(.*?)</answer>", re.S | re.I)
+ANSWER_TAG = re.compile(r"<(/?)answer>", re.I)
+
+
+def closed_answer_tags(text: str) -> list[str]:
+    """Contents of the <answer>...</answer> pairs in order, in one pass (a regex `<answer>(.*?)</answer>` retries
+    from every unclosed open tag: quadratic on a response full of them)."""
+    contents: list[str] = []
+    start = -1
+    for tag in ANSWER_TAG.finditer(text):
+        if not tag.group(1):
+            if start < 0:  # as the regex did: a pair runs from the first open tag to the next close
+                start = tag.end()
+        elif start >= 0:
+            contents.append(text[start : tag.start()])
+            start = -1
+    return contents
+
+
 READ_ONLY = (exp.Select, exp.Union, exp.Intersect, exp.Except)
 # Anywhere inside a statement these mean it is not a pure query.
 WRITES = (
@@ -74,7 +91,7 @@ def extract_sql(response: str) -> str:
     elif unlabeled:  # a ```python or ```text block is not the answer
         text = unlabeled[-1]
     else:
-        answers = ANSWER.findall(visible)
+        answers = closed_answer_tags(visible)
         text = answers[-1] if answers else visible
     return last_statement(text.strip())
 

@@ -30,6 +30,7 @@ import json
 import sqlite3
 import sys
 import time
+from typing import Any
 
 ALLOWED_FUNCTIONS = frozenset(
     [
@@ -159,6 +160,19 @@ LIMITS = {
 PROGRESS_STEPS = 2000
 MAX_CONNECTIONS = 16
 
+CLOCK_FUNCTIONS: dict[str, tuple[int, ...]] = {
+    "date": (0,),
+    "time": (0,),
+    "datetime": (0,),
+    "julianday": (0,),
+    "unixepoch": (0,),
+    "strftime": (1,),
+    "timediff": (0, 1),
+}
+"""The date functions and which arguments are time values. Each one reads the clock when a time value is 'now' or
+missing, which would make a query's result, and so its score, depend on when it ran (a replay would disagree with
+the live grade); the worker's replacements refuse that and hand every other call to SQLite's own function."""
+
 
 class Stop(Exception):
     """A query ended by a cap; carries the error code."""
@@ -175,6 +189,28 @@ def authorize(action: int, arg1: str | None, arg2: str | None, _db: str | None, 
     if action == sqlite3.SQLITE_FUNCTION and (arg2 or "").lower() in ALLOWED_FUNCTIONS:
         return sqlite3.SQLITE_OK
     return sqlite3.SQLITE_DENY
+
+
+_builtin_dates = sqlite3.connect(":memory:", isolation_level=None)
+"""A plain connection whose built-in date functions the clock-free replacements call."""
+
+
+def clock_free(name: str, positions: tuple[int, ...]) -> Any:
+    """SQLite's `name` date function, refusing a call that reads the clock ('now' or a missing time value)."""
+    call_sql = {arity: f"SELECT {name}({', '.join('?' * arity)})" for arity in range(65)}
+
+    def replacement(*args: object) -> object:
+        for position in positions:
+            value = args[position] if position < len(args) else "now"
+            if isinstance(value, bytes):
+                value = value.decode("utf-8", "replace")
+            if isinstance(value, str) and value.strip().lower() == "now":
+                raise ValueError(
+                    f"{name}() reads the clock ('now' or no time value); the grade must not depend on it"
+                )
+        return _builtin_dates.execute(call_sql[len(args)], args).fetchone()[0]
+
+    return replacement
 
 
 class Databases:
@@ -205,6 +241,8 @@ class Databases:
         for name, value in LIMITS.items():
             if hasattr(sqlite3, name) and hasattr(conn, "setlimit"):  # Python >= 3.11
                 conn.setlimit(getattr(sqlite3, name), value)
+        for name, positions in CLOCK_FUNCTIONS.items():
+            conn.create_function(name, -1, clock_free(name, positions), deterministic=True)
         conn.set_authorizer(authorize)
         conn.set_progress_handler(self.progress, PROGRESS_STEPS)
         conn.text_factory = lambda raw: raw.decode("utf-8", "replace")
