@@ -6,6 +6,7 @@ so, and the replicas use Redis again once it returns.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,6 +17,7 @@ import pytest
 
 from proctor.api.limits import RateLimiter, caller_key
 from proctor.redis_backend import LocalBuckets, SharedRedis
+from tests.conftest import ServerProcess, free_port, server_env
 from tests.redis_helpers import RedisServer, metric_value, metrics_text, private_redis, wait_until
 
 
@@ -164,3 +166,52 @@ def test_local_buckets_refill_at_the_rate(rate: float):
     assert buckets.take("k", rate, 1) == (True, 0.0)
     allowed, wait = buckets.take("k", rate, 1)
     assert not allowed and 0 < wait <= 1 / rate + 0.001
+
+
+SLOW_SUM = "import sys, time\ntime.sleep(3)\na, b = map(int, sys.stdin.read().split())\nprint(a + b)"
+
+
+def test_a_replica_killed_holding_an_item_never_blocks_the_others(
+    redis_server: RedisServer, start_server, backend, tmp_path: Path
+):
+    overrides = {
+        "PROCTOR_REDIS_URL": redis_server.url,
+        "PROCTOR_PLUGINS": "tests.plugins.slow,proctor.verifiers.code",
+    }
+    doomed = ServerProcess(server_env(free_port(), **overrides), tmp_path / "doomed.log")
+    try:
+        doomed.wait_ready()
+        survivor = start_server(**overrides)
+        item = {
+            "verifier": "code",
+            "response": f"```python\n# killed holder\n{SLOW_SUM}\n```",
+            "reference": {
+                "language": "python",
+                "tests": {"format": "stdio", "cases": [{"stdin": "1 2\n", "stdout": "3\n"}]},
+            },
+        }
+
+        def doomed_request() -> None:
+            with contextlib.suppress(httpx.HTTPError):  # its replica dies under it
+                httpx.post(f"{doomed.base_url}/v1/score", json=item, timeout=120)
+
+        sender = threading.Thread(target=doomed_request)
+        sender.start()
+        client = redis_server.client()
+        assert wait_until(lambda: bool(client.keys("proctor:flight:*")), timeout_s=60)
+        doomed.process.kill()  # SIGKILL: no release, no heartbeat; its pool workers die with it
+        doomed.process.wait(timeout=30)
+        sender.join(timeout=120)
+        assert client.keys("proctor:flight:*")  # the dead holder's lock is still there
+        reply = httpx.post(f"{survivor}/v1/score", json=item, timeout=180)
+        assert reply.status_code == 200 and reply.json()["status"] == "ok" and reply.json()["reward"] == 1.0
+        metrics = metrics_text(survivor)
+        # It waited out the dead holder's lease and took over (or, on a machine slow enough for the lease to
+        # lapse first, found the lock free): either way it ran the item once and answered.
+        ran = [
+            metric_value(metrics, "proctor_single_flight_total", outcome=o) for o in ("took_over", "owner")
+        ]
+        assert sum(ran) == 1
+        assert metric_value(metrics, "proctor_pool", field="submitted") == 1
+    finally:
+        doomed.stop()
