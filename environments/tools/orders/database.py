@@ -238,12 +238,12 @@ def build(seed: int) -> dict[str, Any]:
     }
 
 
-@lru_cache(maxsize=16)
+@lru_cache(maxsize=64)
 def _built(seed: int) -> dict[str, Any]:
     return build(seed)
 
 
-@lru_cache(maxsize=16)
+@lru_cache(maxsize=64)
 def _serialised(seed: int) -> str:
     return json.dumps(_built(seed))
 

@@ -81,7 +81,7 @@ class Orders(ToolEnvironment):
         return list(TOOLS)
 
     def make_tasks(self, split: str, seed: int, count: int, level: str | None = None) -> list[Task]:
-        """Tasks 0..count-1 of (split, seed), of every kind, on the bundled database."""
+        """Tasks 0..count-1 of (split, seed), of every kind, on the bundled databases (seeds 0..31)."""
         if level not in (None, CUSTOM_DIFFICULTY):
             raise RequestError(422, f"{NAME} has no levels (got {level!r})", "difficulty")
         tasks = []

@@ -44,8 +44,10 @@ from proctor.environments.tools.orders.tools import WRITE_TOOLS, Shop
 NAME = "tool.orders"
 VERSION = "1"
 BUNDLED_DB_SEED = 0
+BUNDLED_DATABASES = 32
+"""Bundled tasks use the databases of seeds 0..31 (40 customers each), so tasks rarely repeat."""
 MAX_DB_SEED = 2**31 - 1
-MAX_ATTEMPTS = 200
+MAX_ATTEMPTS = 3_000
 KINDS = (
     "cancel",
     "refund",
@@ -325,12 +327,14 @@ def task_prompt(reference: OrdersReference) -> list[dict[str, str]]:
 
 
 def draw_task(split: str, seed: int, index: int) -> tuple[OrdersReference, int]:
-    """Task `index` of (split, seed): attempts until one fits its kind and its content hash is in `split`."""
-    db = _built(BUNDLED_DB_SEED)
+    """Task `index` of (split, seed): its kind, then orders drawn until one fits the kind and the task's content
+    hash is in `split`."""
+    # the kind is drawn once per task, so every kind is as frequent, however rare the orders that fit it
+    kind_rng = item_rng(NAME, VERSION, {"databases": BUNDLED_DATABASES, "draw": "kind"}, split, seed, index)
+    kind = KINDS[kind_rng.randrange(len(KINDS))]
     for attempt in range(MAX_ATTEMPTS):
-        rng = item_rng(NAME, VERSION, {"db": BUNDLED_DB_SEED}, split, seed, index, attempt)
-        kind = KINDS[rng.randrange(len(KINDS))]
-        raw = _draw(rng, kind, db)
+        rng = item_rng(NAME, VERSION, {"databases": BUNDLED_DATABASES}, split, seed, index, attempt)
+        raw = _draw(rng, kind, _built(rng.randrange(BUNDLED_DATABASES)))
         if raw is None or content_split(canonical(raw)) != split:
             continue
         return OrdersReference.model_validate(raw), attempt
