@@ -1,0 +1,621 @@
+"""Batch jobs: a file's rows scored through the service's engine, surviving restarts and dead replicas.
+
+A job's input rows are copied into the database when it is created, so any replica sharing the database
+can run it. One runner thread per service process claims a job with a lease (compare-and-set on the job's
+claim counter), scores its rows in order with the same request building and chunk scoring as
+`proctor rescore` (`rescore.build_request` through `rescore._score_chunk`), and writes each chunk's results
+in one transaction that first checks it still holds the lease. Results are keyed (job_id, row_index), and
+a chunk is written only by the lease holder, so a chunk scored twice (its replica died before the write, or
+lost the lease while scoring) is written once; rows are never lost, since the runner always scores the rows
+that have no result yet.
+
+A heartbeat renews the lease while a chunk is scored. A replica that dies stops renewing it; another claims
+the job when the lease expires, or at once when the dead owner was a process on the same host (its pid is
+gone). A graceful shutdown hands the job back as queued.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import Engine, func, insert, select, update
+from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError, SQLAlchemyError
+
+from proctor import io
+from proctor.contract import ItemError, RequestError, Score
+from proctor.db.models import Job, JobResult, JobRow
+from proctor.rescore import RescoreConfig, Scorer, _score_chunk
+
+log = logging.getLogger(__name__)
+
+LEASE_S = 30.0
+"""How long a claim lasts without a heartbeat; replicas' clocks must agree to well within this."""
+CHUNK_ROWS = 256
+"""Rows fetched, scored and written together at most."""
+FLUSH_S = 1.0
+"""Results are written at least this often while a chunk of slow rows is scored."""
+POLL_S = 1.0
+"""How often an idle runner looks for work (a job created in this process wakes it at once)."""
+INGEST_BATCH = 1000
+UNFINISHED = ("queued", "running")
+_RETRY_MIN_S = 0.5
+_RETRY_MAX_S = 10.0
+
+
+class JobError(RequestError):
+    """A job request that cannot be honoured (the status and the field it names go to the client)."""
+
+
+# -- creating and reading jobs ----------------------------------------------------------------------------
+
+
+@dataclass
+class JobSpec:
+    """What a job scores: the default verifier and the fields that hold response and reference."""
+
+    verifier: str | None = None
+    response_field: str = "response"
+    reference_field: str = "reference"
+    owner: str | None = None
+    source: str = ""
+
+
+def new_job_id() -> str:
+    """A fresh unguessable job id (32 hex digits)."""
+    return uuid.uuid4().hex
+
+
+def check_spec(spec: JobSpec) -> None:
+    """Raise JobError naming the field when the verifier is unknown or a field name is empty."""
+    from proctor.registry import get_verifier
+
+    if spec.verifier is not None:
+        if not spec.verifier.strip():
+            raise JobError(422, "verifier must be a verifier name or left out", "verifier")
+        get_verifier(spec.verifier)  # RequestError(404) naming `verifier` and the known ones
+    for name, value in (("response_field", spec.response_field), ("reference_field", spec.reference_field)):
+        if not value or len(value) > 200:
+            raise JobError(422, f"{name} must be a field name of 1 to 200 characters", name)
+
+
+def create_job(
+    db: Engine, rows: Iterable[dict[str, Any]], spec: JobSpec, *, field: str, job_id: str | None = None
+) -> dict[str, Any]:
+    """Store a queued job with all its rows in one transaction; a file that cannot be read (io.DataError)
+    or holds no rows is a 422 naming `field`. Returns the job's view."""
+    check_spec(spec)
+    job_id = job_id or new_job_id()
+    now = time.time()
+    total = 0
+    try:
+        with db.begin() as connection:
+            connection.execute(
+                insert(Job).values(
+                    id=job_id,
+                    status="queued",
+                    owner=spec.owner,
+                    verifier=spec.verifier,
+                    response_field=spec.response_field,
+                    reference_field=spec.reference_field,
+                    source=spec.source[:1000],
+                    total=0,
+                    done=0,
+                    claims=0,
+                    created_at=now,
+                )
+            )
+            batch: list[dict[str, Any]] = []
+            for row in rows:
+                batch.append({"job_id": job_id, "row_index": total, "data": io.dumps_row(row)})
+                total += 1
+                if len(batch) >= INGEST_BATCH:
+                    connection.execute(insert(JobRow), batch)
+                    batch = []
+            if batch:
+                connection.execute(insert(JobRow), batch)
+            if total == 0:
+                raise JobError(422, "the file holds no rows", field)
+            # Only now, in the same transaction, does the job become visible with its size.
+            connection.execute(update(Job).where(Job.id == job_id).values(total=total))
+    except io.DataError as exc:
+        raise JobError(422, str(exc), field) from None
+    view = job_view(db, job_id, spec.owner)
+    assert view is not None
+    return view
+
+
+def _visible(job: Any, owner: str | None) -> bool:
+    # A job made with auth on is its token's; one made with auth off is anyone's (its id is unguessable).
+    return job.owner is None or job.owner == owner
+
+
+def job_view(db: Engine, job_id: str, owner: str | None) -> dict[str, Any] | None:
+    """The job as the API shows it, with its result counts by status; None when absent or not the caller's."""
+    with db.connect() as connection:
+        job = connection.execute(select(Job).where(Job.id == job_id)).first()
+        if job is None or not _visible(job, owner):
+            return None
+        counts = dict(
+            connection.execute(
+                select(JobResult.status, func.count())
+                .where(JobResult.job_id == job_id)
+                .group_by(JobResult.status)
+            ).all()
+        )
+    return {
+        "job_id": job.id,
+        "status": job.status,
+        "total": job.total,
+        "done": job.done,
+        "counts": {str(status): int(count) for status, count in sorted(counts.items())},
+        "verifier": job.verifier,
+        "response_field": job.response_field,
+        "reference_field": job.reference_field,
+        "source": job.source,
+        "error": job.error,
+        "created_at": job.created_at,
+        "started_at": job.started_at,
+        "finished_at": job.finished_at,
+    }
+
+
+def cancel_job(db: Engine, job_id: str, owner: str | None) -> dict[str, Any] | None:
+    """Cancel a queued or running job (its runner stops at its next check); a finished job is a 409."""
+    view = job_view(db, job_id, owner)
+    if view is None:
+        return None
+    with db.begin() as connection:
+        connection.execute(
+            update(Job)
+            .where(Job.id == job_id, Job.status.in_(UNFINISHED))
+            .values(status="cancelled", finished_at=time.time(), lease_owner=None, lease_expires=None)
+        )
+    view = job_view(db, job_id, owner)
+    assert view is not None
+    if view["status"] in ("done", "failed"):
+        raise JobError(409, f"job {job_id} is already {view['status']}; there is nothing to cancel", "job_id")
+    return view
+
+
+def iter_results(db: Engine, job_id: str, page: int = 500) -> Iterator[str]:
+    """Each scored row as a JSONL line (the input row with its `score`, as `proctor rescore` writes it), in
+    input order, read a page at a time."""
+    after = -1
+    while True:
+        with db.connect() as connection:
+            rows = connection.execute(
+                select(JobRow.row_index, JobRow.data, JobResult.score)
+                .join(
+                    JobResult,
+                    (JobResult.job_id == JobRow.job_id) & (JobResult.row_index == JobRow.row_index),
+                )
+                .where(JobRow.job_id == job_id, JobRow.row_index > after)
+                .order_by(JobRow.row_index)
+                .limit(page)
+            ).all()
+        if not rows:
+            return
+        for index, data, score in rows:
+            row = json.loads(data)
+            row["score"] = json.loads(score)
+            yield io.dumps_row(row) + "\n"
+            after = index
+
+
+# -- who holds a lease --------------------------------------------------------------------------------------
+
+
+def _read(path: str) -> str:
+    try:
+        return Path(path).read_text().strip()
+    except OSError:
+        return ""
+
+
+def _host_identity() -> tuple[str, str, str]:
+    """Host name, boot id and pid namespace: two processes agreeing on all three can see each other's pids."""
+    try:
+        pid_ns = os.readlink("/proc/self/ns/pid")
+    except OSError:
+        pid_ns = ""
+    return socket.gethostname(), _read("/proc/sys/kernel/random/boot_id"), pid_ns
+
+
+def _process_started(pid: int) -> str | None:
+    """The start time (clock ticks since boot) of a live process; None when it is gone or a zombie."""
+    stat = _read(f"/proc/{pid}/stat")
+    if not stat:
+        return None
+    fields = stat.rpartition(")")[2].split()
+    if not fields or fields[0] in ("Z", "X"):
+        return None
+    return fields[19] if len(fields) > 19 else None
+
+
+def new_owner_id() -> str:
+    """A lease owner id naming this process on this host, unique per runner."""
+    host, boot, pid_ns = _host_identity()
+    pid = os.getpid()
+    return "|".join((host, boot, pid_ns, str(pid), _process_started(pid) or "", uuid.uuid4().hex[:8]))
+
+
+def owner_is_dead(owner: str | None) -> bool:
+    """Whether `owner` was a process of this host (same boot, same pid namespace) that no longer runs.
+
+    An owner on another host, or one this process cannot judge, is never called dead: its lease expires.
+    """
+    parts = (owner or "").split("|")
+    if len(parts) != 6 or not parts[1] or not parts[4]:
+        return False
+    if tuple(parts[:3]) != _host_identity():
+        return False
+    try:
+        pid = int(parts[3])
+    except ValueError:
+        return False
+    return _process_started(pid) != parts[4]
+
+
+# -- the runner ---------------------------------------------------------------------------------------------
+
+
+class _Stopped(Exception):
+    """The runner is stopping: leave the job for the next runner."""
+
+
+class _LeaseLost(Exception):
+    """Another runner holds the job now, or it was cancelled: write nothing more."""
+
+
+@dataclass
+class _Claim:
+    id: str
+    config: RescoreConfig
+    claims: int
+
+
+def _transient(exc: BaseException) -> bool:
+    """A lost or refused connection (the database restarts, fails over, is unreachable): worth a retry."""
+    if isinstance(exc, (OperationalError, InterfaceError)):
+        return True
+    return isinstance(exc, DBAPIError) and exc.connection_invalidated
+
+
+def _insert_ignoring_duplicates(db: Engine) -> Any:
+    dialect = db.dialect.name
+    if dialect == "postgresql":
+        from sqlalchemy.dialects.postgresql import insert as pg_insert
+
+        return pg_insert(JobResult).on_conflict_do_nothing(index_elements=["job_id", "row_index"])
+    if dialect == "sqlite":
+        from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+
+        return sqlite_insert(JobResult).on_conflict_do_nothing(index_elements=["job_id", "row_index"])
+    return insert(JobResult)  # the lease check before it is what keeps rows single on other databases
+
+
+def result_fields(score: Score | ItemError | dict[str, Any]) -> tuple[str, float | None]:
+    """The (status, reward) stored beside a row's score: `rejected` for an item error; a reward only when ok."""
+    data = score if isinstance(score, dict) else score.model_dump(mode="json")
+    if "error" in data:
+        return "rejected", None
+    status = str(data["status"])
+    return status, float(data["reward"]) if status == "ok" else None
+
+
+class JobRunner:
+    """Claims jobs from the database and scores them with `scorer`, one job at a time, on its own thread."""
+
+    def __init__(
+        self,
+        db: Engine,
+        scorer: Scorer | Callable[[], Scorer],
+        *,
+        window: int = 8,
+        lease_s: float = LEASE_S,
+        poll_s: float = POLL_S,
+        chunk_rows: int = CHUNK_ROWS,
+        flush_s: float = FLUSH_S,
+        ready: Callable[[], None] | None = None,
+    ):
+        self.db = db
+        self._scorer = scorer
+        self.window = max(1, window)
+        self.lease_s = lease_s
+        self.poll_s = poll_s
+        self.chunk_rows = max(1, chunk_rows)
+        self.flush_s = flush_s
+        self.ready = ready or (lambda: None)
+        self.owner_id = new_owner_id()
+        self._stop = threading.Event()
+        self._wake = threading.Event()
+        self._lost = threading.Event()
+        self._current: _Claim | None = None
+        self._threads: list[threading.Thread] = []
+        self._db_failing = False
+
+    @property
+    def scorer(self) -> Scorer:
+        """The scorer (built on first use when a factory was given)."""
+        scorer = self._scorer
+        return scorer if hasattr(scorer, "score_batch") else scorer()  # type: ignore[operator, return-value]
+
+    # -- lifecycle --
+
+    def start(self) -> None:
+        """Start the runner and heartbeat threads."""
+        for target, name in ((self._loop, "proctor-jobs"), (self._heartbeat, "proctor-jobs-heartbeat")):
+            thread = threading.Thread(target=target, name=name, daemon=True)
+            thread.start()
+            self._threads.append(thread)
+
+    def wake(self) -> None:
+        """Look for work now (a job was just created)."""
+        self._wake.set()
+
+    def stop(self, timeout_s: float = 10.0) -> None:
+        """Stop: a chunk being scored is dropped unwritten and its job handed back as queued."""
+        self._stop.set()
+        self._wake.set()
+        for thread in self._threads:
+            thread.join(timeout_s)
+
+    # -- the loop --
+
+    def _loop(self) -> None:
+        delay = _RETRY_MIN_S
+        while not self._stop.is_set():
+            try:
+                self.ready()
+                claim = self.claim()
+                self._db_ok()
+            except SQLAlchemyError as exc:
+                self._db_down(exc)
+                self._stop.wait(delay)
+                delay = min(delay * 2, _RETRY_MAX_S)
+                continue
+            except Exception:
+                log.exception("jobs: the runner could not look for work")
+                self._stop.wait(_RETRY_MAX_S)
+                continue
+            delay = _RETRY_MIN_S
+            if claim is None:
+                self._wake.wait(self.poll_s)
+                self._wake.clear()
+                continue
+            self.run_claim(claim)
+
+    def run_claim(self, claim: _Claim) -> None:
+        """Score a claimed job to its end, or until the lease is lost or the runner stops."""
+        self._lost.clear()
+        self._current = claim
+        try:
+            self._run(claim)
+        except _LeaseLost:
+            log.info("jobs: job %s was cancelled or is held by another runner; leaving it", claim.id)
+        except _Stopped:
+            self._release(claim)
+        except Exception as exc:
+            log.exception("jobs: job %s failed", claim.id)
+            self._fail(claim, exc)
+        finally:
+            self._current = None
+
+    def claim(self) -> _Claim | None:
+        """Take the oldest queued job, or a running one whose lease expired or whose owner died; None if none."""
+        now = time.time()
+        with self.db.connect() as connection:
+            candidates = connection.execute(
+                select(
+                    Job.id,
+                    Job.status,
+                    Job.claims,
+                    Job.lease_owner,
+                    Job.lease_expires,
+                    Job.verifier,
+                    Job.response_field,
+                    Job.reference_field,
+                    Job.source,
+                )
+                .where(Job.status.in_(UNFINISHED))
+                .order_by(Job.created_at)
+                .limit(50)
+            ).all()
+        for job in candidates:
+            held = job.status == "running" and job.lease_expires is not None and job.lease_expires >= now
+            if held and (job.lease_owner == self.owner_id or not owner_is_dead(job.lease_owner)):
+                continue
+            with self.db.begin() as connection:
+                taken = connection.execute(
+                    update(Job)
+                    .where(Job.id == job.id, Job.status == job.status, Job.claims == job.claims)
+                    .values(
+                        status="running",
+                        lease_owner=self.owner_id,
+                        lease_expires=time.time() + self.lease_s,
+                        claims=Job.claims + 1,
+                        started_at=func.coalesce(Job.started_at, now),
+                    )
+                ).rowcount
+            if taken == 1:
+                if job.status == "running":
+                    log.warning("jobs: took over job %s from %s", job.id, job.lease_owner)
+                config = RescoreConfig(
+                    input=Path(job.source or "-"),
+                    output=Path("-"),
+                    verifier=job.verifier,
+                    response_field=job.response_field,
+                    reference_field=job.reference_field,
+                )
+                return _Claim(job.id, config, job.claims + 1)
+        return None
+
+    def _check(self) -> None:
+        if self._stop.is_set():
+            raise _Stopped
+        if self._lost.is_set():
+            raise _LeaseLost
+
+    def _missing(self, claim: _Claim, after: int) -> list[tuple[int, dict[str, Any]]]:
+        """The next rows in input order that have no result yet."""
+        scored = select(JobResult.row_index).where(
+            JobResult.job_id == JobRow.job_id, JobResult.row_index == JobRow.row_index
+        )
+        with self.db.connect() as connection:
+            rows = connection.execute(
+                select(JobRow.row_index, JobRow.data)
+                .where(JobRow.job_id == claim.id, JobRow.row_index > after, ~scored.exists())
+                .order_by(JobRow.row_index)
+                .limit(self.chunk_rows)
+            ).all()
+        return [(index, json.loads(data)) for index, data in rows]
+
+    def _run(self, claim: _Claim) -> None:
+        after = -1
+        while True:
+            self._check()
+            chunk = self._retrying(lambda start=after: self._missing(claim, start))
+            if not chunk:
+                self._retrying(lambda: self._finish(claim))
+                return
+            after = chunk[-1][0]
+            pending: list[dict[str, Any]] = []
+            flushed = time.monotonic()
+            for start in range(0, len(chunk), self.window):
+                part = chunk[start : start + self.window]
+                # Scored a window at a time so the job keeps few items in the pool's queue: live requests
+                # wait behind at most a window of job items, not behind the whole chunk.
+                scores = _score_chunk(self.scorer, [row for _, row in part], claim.config)
+                self._check()  # scores made while stopping may be pool_closed failures: never write them
+                for (index, _), score in zip(part, scores, strict=True):
+                    status, reward = result_fields(score)
+                    pending.append(
+                        {
+                            "job_id": claim.id,
+                            "row_index": index,
+                            "status": status,
+                            "reward": reward,
+                            "score": io.dumps_row(score),
+                        }
+                    )
+                if len(pending) >= self.chunk_rows or time.monotonic() - flushed >= self.flush_s:
+                    self._retrying(lambda rows=pending: self._write(claim, rows))
+                    pending, flushed = [], time.monotonic()
+            if pending:
+                self._retrying(lambda rows=pending: self._write(claim, rows))
+
+    def _write(self, claim: _Claim, rows: list[dict[str, Any]]) -> None:
+        """Write results in one transaction, only while this runner holds the job's lease."""
+        with self.db.begin() as connection:
+            held = connection.execute(
+                update(Job)
+                .where(Job.id == claim.id, Job.lease_owner == self.owner_id, Job.status == "running")
+                .values(done=Job.done + len(rows), lease_expires=time.time() + self.lease_s)
+            ).rowcount
+            if held != 1:
+                raise _LeaseLost
+            connection.execute(_insert_ignoring_duplicates(self.db), rows)
+
+    def _finish(self, claim: _Claim) -> None:
+        with self.db.begin() as connection:
+            done = connection.execute(
+                select(func.count()).select_from(JobResult).where(JobResult.job_id == claim.id)
+            ).scalar_one()
+            held = connection.execute(
+                update(Job)
+                .where(Job.id == claim.id, Job.lease_owner == self.owner_id, Job.status == "running")
+                .values(
+                    status="done", done=done, finished_at=time.time(), lease_owner=None, lease_expires=None
+                )
+            ).rowcount
+            if held != 1:
+                raise _LeaseLost
+
+    def _release(self, claim: _Claim) -> None:
+        """Hand the job back as queued, so the next runner (this service restarted) takes it at once."""
+        try:
+            with self.db.begin() as connection:
+                connection.execute(
+                    update(Job)
+                    .where(Job.id == claim.id, Job.lease_owner == self.owner_id, Job.status == "running")
+                    .values(status="queued", lease_owner=None, lease_expires=None)
+                )
+        except SQLAlchemyError as exc:  # its lease expires instead
+            log.warning("jobs: could not hand job %s back (%s); its lease will expire", claim.id, exc)
+
+    def _fail(self, claim: _Claim, exc: BaseException) -> None:
+        message = f"{type(exc).__name__}: {exc}"[:4000]
+        try:
+            with self.db.begin() as connection:
+                connection.execute(
+                    update(Job)
+                    .where(Job.id == claim.id, Job.lease_owner == self.owner_id, Job.status == "running")
+                    .values(
+                        status="failed",
+                        error=message,
+                        finished_at=time.time(),
+                        lease_owner=None,
+                        lease_expires=None,
+                    )
+                )
+        except SQLAlchemyError:
+            log.exception("jobs: could not mark job %s failed; its lease will expire", claim.id)
+
+    def _retrying(self, action: Callable[[], Any]) -> Any:
+        """Run a database action, retrying while the database is unreachable; stopping or a lost lease ends it."""
+        delay = _RETRY_MIN_S
+        while True:
+            self._check()
+            try:
+                result = action()
+            except SQLAlchemyError as exc:
+                if not _transient(exc):
+                    raise
+                self._db_down(exc)
+                self._stop.wait(delay)
+                delay = min(delay * 2, _RETRY_MAX_S)
+                continue
+            self._db_ok()
+            return result
+
+    def _db_down(self, exc: BaseException) -> None:
+        if not self._db_failing:
+            log.error("jobs: the database is unreachable (%s); retrying", str(exc).splitlines()[0][:300])
+            self._db_failing = True
+
+    def _db_ok(self) -> None:
+        if self._db_failing:
+            log.warning("jobs: the database answers again")
+            self._db_failing = False
+
+    # -- heartbeat --
+
+    def _heartbeat(self) -> None:
+        while not self._stop.wait(self.lease_s / 4):
+            claim = self._current
+            if claim is None:
+                continue
+            try:
+                with self.db.begin() as connection:
+                    held = connection.execute(
+                        update(Job)
+                        .where(Job.id == claim.id, Job.lease_owner == self.owner_id, Job.status == "running")
+                        .values(lease_expires=time.time() + self.lease_s)
+                    ).rowcount
+            except (
+                SQLAlchemyError
+            ) as exc:  # the write path retries and reports; the lease may lapse meanwhile
+                log.debug("jobs: heartbeat failed: %s", exc)
+                continue
+            if held != 1 and self._current is claim:
+                self._lost.set()
