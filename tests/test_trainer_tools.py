@@ -302,6 +302,28 @@ def test_a_train_step_logs_turns_tool_calls_end_reasons_and_masked_samples(tmp_p
         assert sample.completion_mask[0] == 1  # the episode opens with the policy's own turn
 
 
+def test_failed_episodes_are_left_out_of_the_update(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Half the sessions cannot open: those samples are masked (not trained on as 0), the rest still train; when
+    none can open, the step makes no update at all."""
+    config = load_config(
+        TINY_TOOLS, {"steps": 1, "prompts_per_step": 2, "group_size": 4, "output_dir": str(tmp_path)}
+    )
+    trainer, _ = make_trainer(config)
+    opener = Counting(fail_open={0, 2, 4, 6})
+    monkeypatch.setattr(trainer.scorer, "open_session", opener)
+    metrics = train_step(trainer, 0)
+    assert metrics["masked_samples"] == 4 and metrics["scoring_failures"] == 4
+    assert metrics["end_reasons"]["trainer_error"] == 4
+    assert metrics["trained_samples"] == 4
+    assert sorted(opener.closed) == [1, 3, 5, 7]
+
+    before = [p.detach().clone() for p in trainer.model.parameters()]
+    monkeypatch.setattr(trainer.scorer, "open_session", Counting(fail_open=set(range(8))))
+    metrics = train_step(trainer, 1)
+    assert metrics["masked_samples"] == 8 and metrics["trained_samples"] == 0 and "loss" not in metrics
+    assert all(torch.equal(a, b) for a, b in zip(before, trainer.model.parameters(), strict=True))
+
+
 # -- the learning proof ----------------------------------------------------------------------------------
 
 

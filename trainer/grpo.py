@@ -675,10 +675,11 @@ def collate(
             sample.completion_ids, dtype=torch.long
         )
         completion_mask[i, : len(sample.completion_ids)] = 1
-        loss_weights[i, : len(sample.completion_ids)] = 1
-        if sample.completion_mask is not None:  # observation tokens are attended to, never trained on
-            own = torch.tensor(sample.completion_mask, dtype=torch.float32)
-            loss_weights[i, : len(sample.completion_ids)] = own
+        # A tool episode's observation tokens (completion_mask 0) are attended to, never trained on.
+        own = (
+            sample.completion_mask if sample.completion_mask is not None else [1] * len(sample.completion_ids)
+        )
+        loss_weights[i, : len(own)] = torch.tensor(own, dtype=torch.float32)
     loss_mask = loss_weights * torch.tensor(trained, dtype=torch.float32).unsqueeze(1)
     return Batch(
         input_ids=torch.cat([prompt_ids, completion_ids], 1).to(device),
