@@ -44,6 +44,7 @@ BUILTIN_VERIFIERS: dict[str, str] = {
     "tool.search_qa": "proctor.environments.tools.search_qa.environment",
     "tool.orders": "proctor.environments.tools.orders.environment",
     "tool.sql_explore": "proctor.environments.tools.sql_explore.environment",
+    "tool.demo_lookup": "proctor.environments.demo.tool_lookup",
     "demo.": "proctor.environments.demo.tasks",  # a name ending in "." covers every name with that prefix
     "puzzle.": "proctor.environments.puzzles",  # imports every puzzle family module (environments/puzzles/__init__.py)
 }
