@@ -560,6 +560,24 @@ def test_in_process_session_equals_replay_and_engine_score(by_kind):
         engine.close()
 
 
+def test_a_refused_write_is_an_error_observation_and_in_the_sessions_action_log(by_kind):
+    reference, cheat = cheat_transcripts(by_kind)["cancelling a shipped order after the customer's yes"]
+    with proctor.open_session("tool.orders", {"prompt": cheat[:2], "reference": reference}) as session:
+        for message in assistant_turns(cheat):
+            result = session.step(message)
+            if result["done"]:
+                break
+        final = result["score"] if result["done"] else session.finish().model_dump(mode="json")
+        record = session.record()
+    refused = [a for a in record["actions"] if a["name"] == "cancel_order"]
+    assert len(refused) == 1 and refused[0]["status"] == "error"
+    observation = next(
+        m for m in record["transcript"] if m["role"] == "tool" and m.get("name") == "cancel_order"
+    )
+    assert observation["content"].startswith("Error: ") and "shipped" in observation["content"]
+    assert final["reward"] == 0.0 and final["details"]["forbidden"][0]["why"] == "policy_violation"
+
+
 def test_a_session_in_another_dialect_replays_to_the_same_score(by_kind):
     """Under `dialect: openai` a `<tool_call>` written in the text is text: the customer answers it. The replay
     follows what the session did (a customer's reply after it), not its own reading of the text."""

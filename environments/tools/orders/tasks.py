@@ -23,7 +23,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from proctor.environments.puzzles.seeding import canonical, content_split, digest, item_rng, puzzle_id
+from proctor.environments.puzzles.seeding import canonical, content_split, item_rng, puzzle_id
 from proctor.environments.registry import GenerationError
 from proctor.environments.tools.orders.database import (
     CANCEL_REASONS,
@@ -344,8 +344,3 @@ def draw_task(split: str, seed: int, index: int) -> tuple[OrdersReference, int]:
 def task_id(reference: OrdersReference) -> str:
     """A short stable id of a task's content."""
     return puzzle_id(canonical(reference.model_dump(mode="json")))
-
-
-def reference_digest(reference: OrdersReference) -> str:
-    """sha256 of the whole reference."""
-    return digest(reference.model_dump(mode="json"))
