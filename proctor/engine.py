@@ -545,11 +545,12 @@ class Engine:
 
             async def run(index: int, item: Prepared) -> None:
                 async def pooled() -> Score:
-                    async with window:
-                        future = await asyncio.to_thread(self._submit, item, block=True)
-                        return self._finish(item, await asyncio.wrap_future(future))
+                    future = await asyncio.to_thread(self._submit, item, block=True)
+                    return self._finish(item, await asyncio.wrap_future(future))
 
-                results[index] = await self._single_flight(item, pooled)
+                # The window bounds the items waiting on another replica too, so their polls of Redis stay few.
+                async with window:
+                    results[index] = await self._single_flight(item, pooled)
 
             await asyncio.gather(*(run(index, item) for index, item in pooled))
         if waiters:

@@ -275,3 +275,19 @@ def test_two_replicas_share_scores_and_run_an_expensive_item_once(
     owners = sum(metric_value(text, "proctor_single_flight_total", outcome="owner") for text in metrics)
     assert owners == 1  # the other waited for its score (or, arriving after it landed, hit the cache)
     assert sorted(body["cached"] for body in bodies) == [False, True]
+
+
+async def test_a_batch_runs_each_expensive_item_once(redis_engine: Engine, redis_server: RedisServer):
+    shared = redis_engine.shared
+    assert shared is not None
+    recorder = Recorder()
+    shared.observer = recorder
+    twice = [{**pooled(), "id": 1}, {**pooled(), "id": 2}, {**pooled("other"), "id": 3}]
+    results = await redis_engine.score_batch_async(twice)
+    assert [(r.id, r.status, r.reward) for r in results if isinstance(r, Score)] == [
+        (1, Status.ok, 1.0),
+        (2, Status.ok, 1.0),
+        (3, Status.ok, 0.0),
+    ]
+    assert redis_engine.pool.stats()["submitted"] == 2  # the repeated item ran once
+    assert sorted(recorder.of("flight")) == ["owner", "owner", "waited"]
