@@ -172,6 +172,8 @@ def cmd_rescore(args: argparse.Namespace) -> int:
         batch_size=args.batch_size,
         progress=args.progress,
         summary_json=Path(args.summary_json) if args.summary_json else None,
+        engine=args.engine,
+        address=args.address,
     )
     try:
         summary = rescore(config)
@@ -329,9 +331,22 @@ def build_parser() -> argparse.ArgumentParser:
         "--reference-field", default="reference", help="field holding the reference (default: reference)"
     )
     re.add_argument(
-        "--workers", type=_positive, help="worker processes for pool verifiers (default: one per CPU)"
+        "--workers",
+        type=_positive,
+        help="worker processes for pool verifiers, or the CPUs of --engine ray's local instance "
+        "(default: one per CPU)",
     )
     re.add_argument("--server", metavar="URL", help="score through a running Proctor service instead")
+    re.add_argument(
+        "--engine",
+        choices=("local", "ray"),
+        default="local",
+        help="local: this process (or --server); ray: chunks as Ray tasks on a cluster (default: local)",
+    )
+    re.add_argument(
+        "--address",
+        help="Ray cluster for --engine ray (HOST:PORT, ray://HOST:PORT or auto; default: a local instance)",
+    )
     re.add_argument("--token", help="bearer token for --server (default: PROCTOR_TOKEN)")
     again = re.add_mutually_exclusive_group()
     again.add_argument(

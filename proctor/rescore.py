@@ -54,6 +54,8 @@ class RescoreConfig:
     batch_size: int = 512
     progress: bool | None = None
     summary_json: Path | None = None
+    engine: str = "local"  # "local" (this process, or --server) or "ray" (tasks on a Ray cluster)
+    address: str | None = None  # the Ray cluster for engine "ray"; None starts a local instance
 
 
 # -- fields ---------------------------------------------------------------------------------------------
@@ -499,8 +501,23 @@ def _progress_bar(config: RescoreConfig, total: int, initial: int) -> Any:
     )
 
 
+ENGINES = ("local", "ray")
+
+
 def make_scorer(config: RescoreConfig) -> Scorer:
-    """The in-process engine, or a client of the service at --server."""
+    """The in-process engine, a client of the service at --server, or Ray tasks on a cluster."""
+    if config.engine not in ENGINES:
+        raise RescoreError(f"unknown engine {config.engine!r}; engines: {', '.join(ENGINES)}", 2)
+    if config.engine == "ray":
+        if config.server:
+            raise RescoreError(
+                "--server and --engine ray exclude each other: the Ray tasks score in-process", 2
+            )
+        from proctor.rescore_ray import RayScorer  # Ray is an optional extra, imported only when asked for
+
+        return RayScorer(config.address, config.workers)
+    if config.address is not None:
+        raise RescoreError("--address is the Ray cluster of --engine ray", 2)
     if config.server:
         return ServerScorer(config.server, config.token)
     return EngineScorer(config.workers)
