@@ -80,7 +80,7 @@ def test_tool_methods_read_back_by_get_json_schema(server: str) -> None:
 
 
 def test_optional_and_typed_arguments() -> None:
-    """Optional arguments default to None and are not sent; JSON types map to Python hints."""
+    """Optional arguments are optional in the signature; JSON types map to Python hints."""
     spec = {
         "name": "lookup",
         "description": "Look up.",

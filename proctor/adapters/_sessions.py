@@ -217,10 +217,13 @@ def render_with_tokenizer(
     history: Sequence[Mapping[str, Any]],
     observations: Sequence[Mapping[str, Any]],
     tools: Sequence[Mapping[str, Any]] | None = None,
+    *,
+    generated_end: str,
 ) -> str:
-    """Observations as the tokenizer's own chat template renders them after `history` (ending on the assistant
-    turn), with the next assistant header: the text the template adds, so the rollout's tokens match what the
-    model would see from the whole conversation rendered at once."""
+    """The text that follows the policy's generated turn, in the tokenizer's own chat template: the template's
+    closing of that assistant turn (less `generated_end`, the end-of-turn text the generated tokens already
+    hold, "" when generation stopped on a stop string), then the observations and the next assistant header.
+    So the rollout's tokens are what the model would see from the whole conversation rendered at once."""
     kwargs: dict[str, Any] = {"tokenize": False}
     if tools:
         kwargs["tools"] = list(tools)
@@ -228,7 +231,29 @@ def render_with_tokenizer(
     after = tokenizer.apply_chat_template([*history, *observations], add_generation_prompt=True, **kwargs)
     if not after.startswith(before):
         raise ValueError("the chat template does not render the conversation as a prefix of its continuation")
-    return after[len(before) :]
+    return _turn_closing(tokenizer, history, kwargs, generated_end) + after[len(before) :]
+
+
+_SENTINEL = "\u2063PROCTOR-END-OF-CONTENT\u2063"
+
+
+def _turn_closing(
+    tokenizer: Any, history: Sequence[Mapping[str, Any]], kwargs: dict[str, Any], generated_end: str
+) -> str:
+    # What the template writes after the last assistant turn's content (ChatML: `<|im_end|>\n`), read by
+    # rendering that turn with a sentinel as its content; the generated end-of-turn text is not repeated.
+    if not history or history[-1].get("role") != "assistant":
+        raise ValueError("the history must end with the policy's assistant turn")
+    marked = [*history[:-1], {**history[-1], "content": _SENTINEL}]
+    text = tokenizer.apply_chat_template(marked, add_generation_prompt=False, **kwargs)
+    at = text.rfind(_SENTINEL)
+    if at < 0:
+        raise ValueError("the chat template does not write the assistant turn's content verbatim")
+    closing = text[at + len(_SENTINEL) :]
+    if generated_end and closing.startswith(generated_end):
+        closing = closing[len(generated_end) :]
+    # else the policy stopped on another end token (e.g. <|endoftext|>): it stays, and the turn is still closed
+    return closing
 
 
 def render_prompt(tokenizer: Any, messages: Sequence[Mapping[str, Any]], tools: Sequence[Any] | None) -> str:

@@ -82,11 +82,11 @@ class Renderer:
         """The text that follows the policy's turn: the observations and the next assistant header."""
         if self.tokenizer is None:
             return render_builtin(self.name, observations, close_turn=self.close_turn)
-        text = render_with_tokenizer(self.tokenizer, history, observations, tools)
-        eos = self.tokenizer.eos_token or ""
-        if not self.close_turn and eos and text.startswith(eos):
-            text = text[len(eos) :]  # vLLM's action tokens already end with it
-        return text
+        # vLLM's action tokens already end with the end-of-turn token unless $PROCTOR_CLOSE_TURN says not
+        generated_end = "" if self.close_turn else (self.tokenizer.eos_token or "")
+        return render_with_tokenizer(
+            self.tokenizer, history, observations, tools, generated_end=generated_end
+        )
 
 
 _renderers: dict[tuple[str, bool], Renderer] = {}
@@ -114,6 +114,9 @@ class AgentInstance(AgentInstanceBase):
     async def reset(self, states: dict, **kwargs: Any) -> dict:
         """Open the session on the label's task; the observation stays OpenRLHF's prompt."""
         environment, task, options = task_spec(states.get("label"))
+        if self.episode is not None:  # a reused instance: its last session is not left to its TTL
+            previous, self.episode = self.episode, None
+            await _close(previous)
         self.episode = await open_episode(environment, task, options)
         self.history = list(self.episode.messages)
         return {"observation": states["observation"]}

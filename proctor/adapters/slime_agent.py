@@ -69,11 +69,8 @@ def _render(
     template = os.environ.get("PROCTOR_CHAT_TEMPLATE") or ""
     if template in BUILTIN_TEMPLATES:
         return render_builtin(template, observations, close_turn=not ended_with_eos)
-    text = render_with_tokenizer(tokenizer, history, observations, tools)
-    eos = tokenizer.eos_token or ""
-    if ended_with_eos and eos and text.startswith(eos):
-        text = text[len(eos) :]  # the generated tokens already hold it
-    return text
+    generated_end = (tokenizer.eos_token or "") if ended_with_eos else ""
+    return render_with_tokenizer(tokenizer, history, observations, tools, generated_end=generated_end)
 
 
 async def generate(args: Any, sample: Any, sampling_params: dict[str, Any]) -> Any:

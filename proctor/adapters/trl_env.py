@@ -66,6 +66,7 @@ class ProctorEnvironment:
         self.score: Score | None = None
         self.end_reason: str | None = None
         self.transcript: list[dict[str, Any]] = []
+        self.failure: str | None = None
 
     def reset(self, **row: Any) -> None:
         """Start a rollout: close the previous session, open one on the row's `proctor` task."""
@@ -85,6 +86,7 @@ class ProctorEnvironment:
             self._session = client.open_session(environment, task, options=options)
         self.score = None
         self.end_reason = None
+        self.failure = None
         self.transcript = list(self._session.messages)
         return None
 
@@ -96,6 +98,8 @@ class ProctorEnvironment:
     def _call(self, name: str, arguments: dict[str, Any]) -> str:
         if self._session is None:
             raise RuntimeError("reset() was not called before a tool call")
+        if self.failure is not None:
+            return _UNAVAILABLE
         if self.score is not None:
             return "The episode has ended."
         message = {
@@ -109,7 +113,13 @@ class ProctorEnvironment:
                 }
             ],
         }
-        result = self._session.step(message)
+        try:
+            result = self._session.step(message)
+        except Exception as exc:  # noqa: BLE001 - a machinery failure: masked at the end, never shown
+            # TRL would show the exception's text to the policy (it names the session); the rollout is masked
+            self.failure = f"{type(exc).__name__}: {exc}"
+            log.warning("proctor session %s failed a step: %s", self.session_id, self.failure)
+            return _UNAVAILABLE
         observations = list(result.get("observations") or [])
         self.transcript += [message, *observations]
         if result.get("done"):
@@ -123,11 +133,18 @@ class ProctorEnvironment:
         if self._session is None:
             return None
         try:
+            if self.failure is not None:
+                return None
             if self.score is None:
                 message = None if final_text is None else {"role": "assistant", "content": final_text}
                 if message is not None:
                     self.transcript.append(message)
-                self.score = self._session.finish(message)
+                try:
+                    self.score = self._session.finish(message)
+                except Exception as exc:  # noqa: BLE001 - machinery: masked (None), not a crash of the step
+                    self.failure = f"{type(exc).__name__}: {exc}"
+                    log.warning("proctor session %s failed to finish: %s", self.session_id, self.failure)
+                    return None
             trained = reward(self.score)
             if trained is None:
                 log.warning(
@@ -140,7 +157,13 @@ class ProctorEnvironment:
     def _close(self) -> None:
         if self._session is not None:
             session, self._session = self._session, None
-            session.close()
+            try:
+                session.close()
+            except Exception:  # noqa: BLE001 - the reward is known; the session then expires on its TTL
+                log.warning("could not delete proctor session %s", session.session_id, exc_info=True)
+
+
+_UNAVAILABLE = "The tool is unavailable."
 
 
 _RESERVED = frozenset(
@@ -192,11 +215,11 @@ def tool_method(spec: Mapping[str, Any]) -> Any:
             inspect.Parameter(arg, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=hint)
         )
     annotations["return"] = str
-    given = set(properties)
 
     def method(self: ProctorEnvironment, **arguments: Any) -> str:
-        sent = {key: value for key, value in arguments.items() if key in given and value is not None}
-        return self._call(name, sent)
+        # TRL passes exactly the arguments the model wrote (no defaults filled in): sent unchanged, so the
+        # session judges an unknown or null argument as the model wrote it (transcripts are exact)
+        return self._call(name, dict(arguments))
 
     method.__name__ = method.__qualname__ = name
     method.__doc__ = _docstring(function)
@@ -256,12 +279,29 @@ class SessionReward:
             if not isinstance(environment, ProctorEnvironment):
                 rewards.append(None)  # another environment's rollout: not this function's to score
                 continue
-            text = None if completion is None else completion_text(completion)
+            text = final_text(completion)
             rewards.append(environment._finish(text))  # pyright: ignore[reportPrivateUsage]
         log_metric = kwargs.get("log_metric")
         if callable(log_metric) and rewards:
             log_metric(f"proctor/{self.__name__}/failed", sum(r is None for r in rewards) / len(rewards))
         return rewards
+
+
+def final_text(completion: Any) -> str | None:
+    """The completion's final answer: the last message's text when it is an assistant turn without tool calls;
+    None when the conversation ends on a tool result or a tool call (TRL's tool-iteration or length limit), so
+    no text written before the last observation is graded as the answer."""
+    if completion is None:
+        return None
+    if isinstance(completion, Sequence) and not isinstance(completion, str):
+        last = completion[-1] if completion else None
+        if (
+            not isinstance(last, Mapping)
+            or last.get("role", "assistant") != "assistant"
+            or last.get("tool_calls")
+        ):
+            return None
+    return completion_text(completion)
 
 
 def session_reward(name: str = "proctor_session") -> SessionReward:

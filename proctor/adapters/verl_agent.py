@@ -137,12 +137,14 @@ class ProctorAgentLoop(AgentLoopBase):
             given = list(output.log_probs or [])
             logprobs += (given + [0.0] * len(tokens))[: len(tokens)]
             turns += 1
-            text = _turn_text(tokenizer, tokens)
+            text, generated_end = _turn_text(tokenizer, tokens)
             outcome = await episode.step(text)
             history.append({"role": "assistant", "content": text})
             if outcome.done:
                 break
-            rendered = render_with_tokenizer(tokenizer, history, outcome.observations, episode.tools)
+            rendered = render_with_tokenizer(
+                tokenizer, history, outcome.observations, episode.tools, generated_end=generated_end
+            )
             history.extend(outcome.observations)
             observed = tokenizer.encode(rendered, add_special_tokens=False)
             room = self.response_length - len(response_ids)
@@ -175,34 +177,55 @@ class ProctorAgentLoop(AgentLoopBase):
         return output
 
 
-def _turn_text(tokenizer: Any, tokens: list[int]) -> str:
-    """The turn as the policy wrote it: special tokens kept (Qwen's `<tool_call>` may be one), only the end of
-    turn that stopped generation dropped."""
+def _turn_text(tokenizer: Any, tokens: list[int]) -> tuple[str, str]:
+    """The turn as the policy wrote it, and the end-of-turn text that stopped it ("" for a stop string or a
+    length cut): special tokens kept (Qwen's `<tool_call>` may be one), only the closing end of turn dropped."""
     ends = {tokenizer.eos_token_id, tokenizer.pad_token_id} - {None}
-    while tokens and tokens[-1] in ends:
-        tokens = tokens[:-1]
-    return tokenizer.decode(tokens, skip_special_tokens=False)
+    cut = len(tokens)
+    while cut and tokens[cut - 1] in ends:
+        cut -= 1
+    text = tokenizer.decode(tokens[:cut], skip_special_tokens=False)
+    return text, tokenizer.decode(tokens[cut:], skip_special_tokens=False) if cut < len(tokens) else ""
 
 
 # -- 2. the BaseTool keyed on the rollout's request id --------------------------------------------------------
 
 _episodes: dict[str, Episode] = {}
+_episode_requests: dict[str, str] = {}  # rollout key -> verl's request id (for finish_request by request id)
 _episode_locks: dict[str, asyncio.Lock] = {}
 _registry_lock = threading.Lock()
+_KEY = "proctor_rollout_key"
 
 
-def _lock_for(request_id: str) -> asyncio.Lock:
+def rollout_key(agent_data: Any) -> str:
+    """The key of the rollout's Proctor session: a fresh id kept on `agent_data` (its `extra_fields`, else an
+    attribute). Not verl's request id: with `rollout.full_determinism` verl names every request `det-<priority>`,
+    and rollouts sharing a session would step one another's tools."""
+    fields = getattr(agent_data, "extra_fields", None)
+    if isinstance(fields, dict):
+        key = fields.get(_KEY)
+        if not isinstance(key, str):
+            key = fields[_KEY] = uuid4().hex
+        return key
+    key = getattr(agent_data, _KEY, None)
+    if not isinstance(key, str):
+        key = uuid4().hex
+        setattr(agent_data, _KEY, key)
+    return key
+
+
+def _lock_for(key: str) -> asyncio.Lock:
     with _registry_lock:
-        lock = _episode_locks.get(request_id)
+        lock = _episode_locks.get(key)
         if lock is None:
-            lock = _episode_locks[request_id] = asyncio.Lock()
+            lock = _episode_locks[key] = asyncio.Lock()
         return lock
 
 
 def open_requests() -> list[str]:
-    """The request ids whose Proctor session this process holds (for leak checks)."""
+    """The request ids whose Proctor session this process holds, one entry per session (for leak checks)."""
     with _registry_lock:
-        return sorted(_episodes)
+        return sorted(_episode_requests[key] for key in _episodes)
 
 
 class ProctorTool(BaseTool):
@@ -216,9 +239,9 @@ class ProctorTool(BaseTool):
         self.proctor = _settings(config)
 
     async def _episode(self, agent_data: Any) -> Episode:
-        request_id = str(agent_data.request_id)
-        async with _lock_for(request_id):
-            episode = _episodes.get(request_id)
+        key = rollout_key(agent_data)
+        async with _lock_for(key):
+            episode = _episodes.get(key)
             if episode is None:
                 kwargs = (getattr(agent_data, "tools_kwargs", None) or {}).get(self.name) or {}
                 source = (kwargs.get("create_kwargs") or {}).get("proctor")
@@ -227,7 +250,8 @@ class ProctorTool(BaseTool):
                     raise ValueError(f"tools_kwargs names {environment!r}, this tool is {self.environment!r}")
                 episode = await open_episode(environment, task, options, **self.proctor)
                 with _registry_lock:
-                    _episodes[request_id] = episode
+                    _episodes[key] = episode
+                    _episode_requests[key] = str(getattr(agent_data, "request_id", key))
             return episode
 
     async def execute(
@@ -275,18 +299,29 @@ class ProctorTool(BaseTool):
         """Nothing: verl releases after every call; the session lives until `finish_request` or its TTL."""
 
 
-async def finish_request(request_id: str, final_text: str | None = None) -> float | None:
+async def finish_request(rollout: Any, final_text: str | None = None) -> float | None:
     """End the rollout's session with its final assistant text, close it, and return the reward (None when the
-    machinery failed, or no session was opened for this request)."""
+    machinery failed, or no session was opened for this rollout). `rollout` is verl's `agent_data`, or a
+    request id held by exactly one session (a request id two rollouts share is a ValueError: pass agent_data)."""
     with _registry_lock:
-        episode = _episodes.pop(request_id, None)
-        _episode_locks.pop(request_id, None)
+        if isinstance(rollout, str):
+            keys = [
+                key for key, request in _episode_requests.items() if request == rollout and key in _episodes
+            ]
+            if len(keys) > 1:
+                raise ValueError(f"{len(keys)} rollouts share request id {rollout!r}; pass their agent_data")
+            key = keys[0] if keys else rollout
+        else:
+            key = rollout_key(rollout)
+        episode = _episodes.pop(key, None)
+        _episode_requests.pop(key, None)
+        _episode_locks.pop(key, None)
     if episode is None:
         return None
     try:
         return reward(await episode.finish(final_text))
     finally:
-        await episode.close()
+        await asyncio.shield(episode.close())
 
 
 # -- 3. verl's tool YAML from an environment's schemas ----------------------------------------------------------
@@ -309,11 +344,61 @@ def tool_config(
         {
             "class_name": f"{ProctorTool.__module__}.{ProctorTool.__qualname__}",
             "config": dict(config),
-            "tool_schema": dict(spec),
+            "tool_schema": verl_schema(spec),
         }
         for spec in specs
     ]
     return yaml.safe_dump({"tools": entries}, sort_keys=False)
+
+
+_VERL_PROPERTY_KEYS = frozenset({"type", "description", "enum"})
+_VERL_PARAMETERS_KEYS = frozenset({"type", "properties", "required"})
+
+
+_ANY_JSON = ["string", "number", "integer", "boolean", "array", "object", "null"]
+
+
+def _json_types(values: Any) -> list[str]:
+    if not isinstance(values, list) or not values:
+        return list(_ANY_JSON)
+    names = {bool: "boolean", int: "integer", float: "number", str: "string", list: "array", dict: "object"}
+    found = {"null" if value is None else names.get(type(value), "string") for value in values}
+    return [name for name in _ANY_JSON if name in found]
+
+
+def verl_schema(spec: Mapping[str, Any]) -> dict[str, Any]:
+    """A tool spec as verl's `OpenAIFunctionToolSchema` keeps it: that model holds only type, description and
+    enum per property (pydantic drops the rest, e.g. an array's `items`), so every other keyword is written
+    into the property's description as JSON, and the model still reads the whole schema."""
+    function = dict(spec.get("function", spec))
+    parameters = dict(function.get("parameters") or {"type": "object", "properties": {}})
+    properties: dict[str, Any] = {}
+    for name, schema in dict(parameters.get("properties") or {}).items():
+        schema = dict(schema or {})
+        kept = {key: value for key, value in schema.items() if key in _VERL_PROPERTY_KEYS}
+        if "type" not in kept:  # verl requires one; untyped is any JSON value (or the enum's values' types)
+            kept["type"] = _json_types(schema.get("enum"))
+        dropped = {key: value for key, value in schema.items() if key not in _VERL_PROPERTY_KEYS}
+        if dropped:
+            note = f"JSON Schema: {json.dumps(dropped)}"
+            kept["description"] = f"{kept['description']} ({note})" if kept.get("description") else note
+        properties[name] = kept
+    extra = {key: value for key, value in parameters.items() if key not in _VERL_PARAMETERS_KEYS}
+    description = str(function.get("description") or function["name"])
+    if extra:
+        description += f" (parameters JSON Schema: {json.dumps(extra)})"
+    out = {
+        "name": function["name"],
+        "description": description,
+        "parameters": {
+            "type": parameters.get("type", "object"),
+            "properties": properties,
+            "required": list(parameters.get("required") or []),
+        },
+    }
+    if "strict" in function:
+        out["strict"] = function["strict"]
+    return {"type": "function", "function": out}
 
 
 # -- 4. the interaction: an environment's scripted user ----------------------------------------------------------

@@ -1,0 +1,332 @@
+"""Red team of the multi-turn agent adapters (verl, OpenRLHF, TRL, slime): each test is one confirmed finding.
+
+1. Turn boundaries (verl agent loop; the tokenizer renderer OpenRLHF's `hf:` and slime use): the text appended
+   after the policy's turn was the template's diff after the whole assistant turn, so the template's closing of
+   that turn was lost: the newline after `<|im_end|>` (a ChatML template) always, and `<|im_end|>` itself when
+   the generation stopped on a stop string rather than the end-of-turn token. The rollout's tokens then differ
+   from the conversation rendered at once, which is what the model sees at inference.
+2. verl's `ProctorTool` keyed sessions on `agent_data.request_id`; with `rollout.full_determinism` verl 0.9.1
+   names every request `det-<priority>`, so concurrent rollouts (n > 1 samples) stepped one shared session.
+3. TRL turns any exception of a tool into an observation (`{"error": str(e)}`, trl 1.16.0 grpo_trainer.py
+   1987-1990): a machinery failure in a step (a session lost or expired on the service) was shown to the policy,
+   its text naming the session id, and the reward function then raised (or paid a later verdict) instead of
+   masking the rollout with None.
+4. TRL: a completion that ends on a tool message (TRL's tool-iteration or length limit) was finished with the
+   text of the assistant turn *before* the last observation, so words written before the tools answered were
+   graded as the final answer (replay of the conversation through /v1/score disagrees).
+5. TRL: the tool methods dropped arguments the model wrote (unknown names, nulls) before the session saw them:
+   the transcript was rewritten and an invalid call was laundered into a valid one.
+6. OpenRLHF: `reset` on an instance that already held a session opened a new one and leaked the first.
+7. verl's tool YAML: verl's `OpenAIFunctionPropertySchema` keeps only type, description and enum, so an array
+   parameter's `items` (tool.orders' `exchange_items`) vanished from the schema verl shows the model.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import httpx
+import pytest
+
+from tests import agent_adapter_helpers as h
+
+h.stub_verl_dependencies()
+
+from verl.experimental.agent_loop import agent_loop as verl_loop  # noqa: E402
+
+from proctor.adapters import openrlhf_agent, trl_env, verl_agent  # noqa: E402
+from proctor.adapters._sessions import render_with_tokenizer  # noqa: E402
+
+ECHO = "tool.test_echo"
+IM_START, IM_END = "<|im_start|>", "<|im_end|>"
+CHATML = (
+    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A live Proctor with the test environments."""
+    yield from h.server_fixture(tmp_path_factory)
+
+
+def chatml_tokenizer(text: str) -> Any:
+    """The character tokenizer with a ChatML template whose end of turn is `<|im_end|>` then a newline."""
+    import string
+
+    from proctor.trainer.tokenizer import build_char_tokenizer
+
+    tokenizer = build_char_tokenizer(string.printable + text, tokens=[IM_START, IM_END])
+    tokenizer.chat_template = CHATML
+    tokenizer.eos_token = IM_END
+    return tokenizer
+
+
+class Config(dict):
+    """A DictConfig as verl's code reads it."""
+
+    def __init__(self, data: dict[str, Any]):
+        super().__init__({k: Config(v) if isinstance(v, dict) else v for k, v in data.items()})
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return self[name]
+        except KeyError:
+            raise AttributeError(name) from None
+
+
+class Server:
+    """verl's server_manager replaying a script; `stop_token` False: the turn ended on a stop string."""
+
+    def __init__(self, tokenizer: Any, turns: list[str], stop_token: bool):
+        self.tokenizer, self.turns, self.stop_token = tokenizer, list(turns), stop_token
+
+    async def generate(
+        self, *, request_id: str, prompt_ids: list[int], sampling_params: dict, **_: Any
+    ) -> Any:
+        text = self.turns.pop(0) if self.turns else "I give up."
+        ids = self.tokenizer.encode(text, add_special_tokens=False)
+        if self.stop_token:
+            ids.append(self.tokenizer.eos_token_id)
+        return SimpleNamespace(token_ids=ids, log_probs=None, num_preempted=None, extra_fields={})
+
+
+def verl_rollout(url: str, turns: list[str], stop_token: bool) -> tuple[Any, Any]:
+    tokenizer = chatml_tokenizer("".join(turns))
+    target = verl_loop._agent_loop_registry[verl_agent.AGENT_NAME]["_target_"]
+    module, _, name = target.rpartition(".")
+    cls = getattr(sys.modules[module], name)
+    config = Config(
+        {
+            "actor_rollout_ref": {
+                "rollout": {"response_length": 60_000, "multi_turn": {"proctor": {"server_url": url}}}
+            }
+        }
+    )
+    loop = cls(
+        trainer_config=verl_loop.DictConfigWrap(config),
+        server_manager=Server(tokenizer, turns, stop_token),
+        tokenizer=tokenizer,
+        processor=None,
+        dataset_cls=None,
+        data_config=verl_loop.DictConfigWrap(Config({})),
+    )
+    extra = {"proctor": {"environment": ECHO, "task": {"seed": 0, "index": 0}}}
+    return asyncio.run(loop.run({}, raw_prompt=[], extra_info=extra)), tokenizer
+
+
+# -- 1. turn boundaries --------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("stop_token", [True, False], ids=["ended-on-eos", "ended-on-stop-string"])
+def test_verl_rollout_tokens_are_the_conversation_rendered_at_once(server: str, stop_token: bool) -> None:
+    """prompt + response tokens equal the chat template over the whole conversation (up to the last turn's own
+    closing), so no boundary token is missing or doubled; observation tokens are exactly the mask-0 ones."""
+    turns = h.echo_script("w0-0")
+    output, tokenizer = verl_rollout(server, turns, stop_token)
+    assert output.extra_fields["proctor_status"] == "ok" and output.reward_score == 1.0
+    messages = output.extra_fields["proctor_messages"]
+    whole = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=False)
+    expected = tokenizer.encode(whole, add_special_tokens=False)
+    got = list(output.prompt_ids) + list(output.response_ids)
+    assert got == expected[: len(got)], tokenizer.decode(got, skip_special_tokens=False)
+    closing = tokenizer.encode(IM_END + "\n", add_special_tokens=False)
+    left = expected[len(got) :]
+    assert closing[len(closing) - len(left) :] == left  # only the last turn's closing is not generated
+    # the policy's tokens (mask 1) are exactly what it generated: each turn's text (+ its stop token)
+    trained = [t for t, m in zip(output.response_ids, output.response_mask, strict=True) if m == 1]
+    generated = [tokenizer.encode(t, add_special_tokens=False) for t in turns]
+    end = [tokenizer.eos_token_id] if stop_token else []
+    assert trained == [token for ids in generated for token in [*ids, *end]]
+
+
+@pytest.mark.parametrize("generated_end", [IM_END, ""], ids=["ended-on-eos", "ended-on-stop-string"])
+def test_render_with_tokenizer_keeps_the_turns_closing(generated_end: str) -> None:
+    """The shared renderer (OpenRLHF `hf:`, slime) adds what the template closes the turn with, less what the
+    policy's tokens already hold."""
+    tokenizer = chatml_tokenizer("")
+    history = [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}]
+    observations = [{"role": "tool", "content": "r"}]
+    text = render_with_tokenizer(tokenizer, history, observations, None, generated_end=generated_end)
+    whole = tokenizer.apply_chat_template(
+        [*history, *observations], tokenize=False, add_generation_prompt=True
+    )
+    prompt = tokenizer.apply_chat_template(history[:1], tokenize=False, add_generation_prompt=True)
+    assert prompt + "a" + generated_end + text == whole
+
+
+# -- 2. verl ProctorTool: one session per rollout even when request ids repeat -----------------------------
+
+
+def test_proctor_tool_sessions_do_not_collide_on_deterministic_request_ids(server: str) -> None:
+    """Two concurrent rollouts whose request id is verl's `det-0` each get their own session and reward."""
+    from verl.tools.schemas import OpenAIFunctionToolSchema
+
+    spec = {
+        "type": "function",
+        "function": {
+            "name": "echo",
+            "description": "Echo the text.",
+            "parameters": {
+                "type": "object",
+                "properties": {"text": {"type": "string"}},
+                "required": ["text"],
+            },
+        },
+    }
+    tool = verl_agent.ProctorTool(
+        {"type": "native", "environment": ECHO, "server_url": server},
+        OpenAIFunctionToolSchema.model_validate(spec),
+    )
+    rollouts = []
+    for index in range(2):
+        proctor = {"environment": ECHO, "task": {"seed": 0, "index": index}}
+        rollouts.append(
+            SimpleNamespace(
+                request_id="det-0",
+                tools_kwargs={"echo": {"create_kwargs": {"proctor": proctor}}},
+                extra_fields={},
+            )
+        )
+
+    async def drive() -> list[float | None]:
+        for index, agent_data in enumerate(rollouts):
+            response, _, _ = await tool.execute("i", {"text": f"w0-{index}"}, agent_data=agent_data)
+            assert response.text == f"w0-{index}"
+        assert len(verl_agent.open_requests()) == 2
+        return [
+            await verl_agent.finish_request(agent_data, f"w0-{index}")
+            for index, agent_data in enumerate(rollouts)
+        ]
+
+    assert asyncio.run(drive()) == [1.0, 1.0]
+    assert verl_agent.open_requests() == []
+
+
+# -- 3-5. TRL ---------------------------------------------------------------------------------------------------
+
+
+def trl_tool_call(env: Any, name: str, arguments: dict[str, Any]) -> Any:
+    """trl 1.16.0's call of a sync tool: an exception becomes `{"error": str(e)}`, shown to the policy."""
+    try:
+        return getattr(env, name)(**arguments)
+    except Exception as exc:  # noqa: BLE001 - exactly what TRL does
+        return {"error": str(exc)}
+
+
+def test_trl_machinery_failure_in_a_tool_call_is_masked_and_hides_the_session(server: str) -> None:
+    """The session vanishes on the service (lost or expired) mid-rollout: the policy is told nothing naming it,
+    and the reward is None (masked), not an exception and not a verdict."""
+    env = trl_env.environment_factory(ECHO, server_url=server)()
+    env.reset(proctor={"environment": ECHO, "task": {"seed": 0, "index": 0}})
+    session_id = env.session_id
+    assert session_id is not None
+    assert httpx.delete(f"{server}/v1/sessions/{session_id}", timeout=10).status_code == 204
+    shown = trl_tool_call(env, "echo", {"text": "w0-0"})
+    assert session_id not in json.dumps(shown)
+    completion = [
+        {"role": "assistant", "content": "", "tool_calls": []},
+        {"role": "tool", "content": json.dumps(shown)},
+        {"role": "assistant", "content": "w0-0"},
+    ]
+    assert trl_env.session_reward()(completions=[completion], environments=[env]) == [None]
+
+
+def test_trl_completion_ending_on_a_tool_message_grades_no_earlier_text(server: str) -> None:
+    """TRL stopped after a tool result: the text written before that observation is not the final answer; the
+    reward equals replaying the conversation through /v1/score."""
+    env = trl_env.environment_factory(ECHO, server_url=server)()
+    env.reset(proctor={"environment": ECHO, "task": {"seed": 0, "index": 0}})
+    result = trl_tool_call(env, "echo", {"text": "w0-0"})
+    call = {"id": "c1", "type": "function", "function": {"name": "echo", "arguments": {"text": "w0-0"}}}
+    completion = [
+        {"role": "assistant", "content": "w0-0", "tool_calls": [call]},
+        {"role": "tool", "content": result},
+    ]
+    transcript = list(env.transcript)
+    [got] = trl_env.session_reward()(completions=[completion], environments=[env])
+    reference = h.reference_of(server, ECHO, {"seed": 0, "index": 0})
+    replayed = h.replay(server, ECHO, transcript, reference)
+    assert replayed["status"] == "ok" and replayed["reward"] == 0.0
+    assert got == replayed["reward"]
+
+
+def test_trl_tool_arguments_reach_the_session_as_written(server: str) -> None:
+    """Arguments the model wrote (an unknown name, a null) are sent to the session unchanged."""
+    env = trl_env.environment_factory(ECHO, server_url=server)()
+    env.reset(proctor={"environment": ECHO, "task": {"seed": 0, "index": 0}})
+    written = {"text": "w0-0", "timeout_s": 999, "note": None}
+    trl_tool_call(env, "echo", written)
+    sent = next(m for m in reversed(env.transcript) if m.get("tool_calls"))
+    assert json.loads(sent["tool_calls"][0]["function"]["arguments"]) == written
+    env._close()  # pyright: ignore[reportPrivateUsage]
+
+
+# -- 6. OpenRLHF --------------------------------------------------------------------------------------------
+
+
+def test_openrlhf_reset_twice_closes_the_first_session(server: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PROCTOR_URL", server)
+    monkeypatch.setenv("PROCTOR_CHAT_TEMPLATE", "chatml")
+    agent = openrlhf_agent.AgentInstance()
+
+    async def drive() -> tuple[str, str]:
+        label = {"environment": ECHO, "task": {"seed": 0, "index": 0}}
+        await agent.reset({"observation": "p", "label": label})
+        assert agent.episode is not None
+        first = agent.episode.session_id
+        await agent.reset({"observation": "p", "label": label})
+        assert agent.episode is not None
+        second = agent.episode.session_id
+        await agent.episode.close()
+        return first, second
+
+    first, second = asyncio.run(drive())
+    assert first != second
+    assert h.session_gone(server, first)
+
+
+# -- 7. verl tool YAML ---------------------------------------------------------------------------------------
+
+
+def test_verl_tool_yaml_keeps_what_verls_schema_model_drops(
+    server: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """After verl's loader (OpenAIFunctionToolSchema, dumped as verl's tool loop dumps it), every property
+    keeps its JSON Schema: an array's `items` is not silently lost."""
+    from verl.tools.schemas import OpenAIFunctionToolSchema
+
+    spec = {
+        "type": "function",
+        "function": {
+            "name": "exchange_items",
+            "description": "Exchange items.",
+            "parameters": {
+                "type": "object",
+                "properties": {
+                    "item_ids": {"type": "array", "items": {"type": "string"}},
+                    "mode": {"type": "string", "enum": ["a", "b"], "description": "How."},
+                },
+                "required": ["item_ids", "mode"],
+            },
+        },
+    }
+    import yaml
+
+    text = verl_agent.tool_config("tool.orders", server_url=server, tools=[spec])
+    [entry] = yaml.safe_load(text)["tools"]
+    loaded = OpenAIFunctionToolSchema.model_validate(entry["tool_schema"])
+    shown = loaded.model_dump(exclude_unset=True, exclude_none=True)["function"]["parameters"]
+    assert shown["required"] == ["item_ids", "mode"]
+    assert shown["properties"]["mode"]["enum"] == ["a", "b"]
+    assert shown["properties"]["mode"]["type"] == "string"
+    item_ids = shown["properties"]["item_ids"]
+    assert item_ids["type"] == "array"
+    assert '"items": {"type": "string"}' in item_ids.get("description", "")
