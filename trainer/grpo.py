@@ -476,6 +476,8 @@ class Sample:
     turns: int = 0
     tool_calls: int = 0
     end_reason: str | None = None
+    # Tool tasks: the length of each of the policy's turns (max_new_tokens caps each turn, not the episode).
+    turn_lengths: list[int] | None = None
 
 
 @dataclass
@@ -878,12 +880,21 @@ def tool_samples(trainer: Trainer, prompts: list[Prompt]) -> list[Sample]:
 
 
 def apply_overlong(groups: list[Group], config: TrainConfig) -> None:
-    """Give truncated completions DAPO's soft penalty when `overlong: penalty`."""
+    """Give truncated completions DAPO's soft penalty when `overlong: penalty`.
+
+    A tool episode is measured by its longest turn: max_new_tokens caps each turn, and the episode's whole
+    length (every turn and the observations between them) would punish calling a tool at all.
+    """
     if config.overlong != "penalty":
         return
     buffer = config.overlong_buffer or max(1, config.max_new_tokens // 4)
     samples = [s for g in groups for s in g.samples]
-    lengths = torch.tensor([len(s.completion_ids) for s in samples])
+    lengths = torch.tensor(
+        [
+            max(s.turn_lengths, default=0) if s.turn_lengths is not None else len(s.completion_ids)
+            for s in samples
+        ]
+    )
     for sample, penalty in zip(
         samples, overlong_penalty(lengths, config.max_new_tokens, buffer).tolist(), strict=True
     ):

@@ -69,8 +69,13 @@ class Episode:
     end_reason: str | None = None
     turns: int = 0
     tool_calls: int = 0
-    truncated: bool = False
+    truncated: bool = False  # any of the policy's turns was cut at max_new_tokens
+    turn_lengths: list[int] = field(default_factory=list)  # tokens of each of the policy's turns
     error: str | None = None
+
+
+TURN_MARK = "PROCTOR-TURN-MARK-7f3a"
+"""Stands in for the policy's text when the chat template's close of its turn is located (see observation_ids)."""
 
 
 def observation_ids(
@@ -80,17 +85,18 @@ def observation_ids(
     the end-of-turn token the policy wrote, if any), the observation messages and the next assistant header.
 
     Rendered as the difference between the chat template's text of the conversation with and without the
-    observations, so any chat template works that renders a conversation as a prefix of its continuation.
+    observations, so any chat template works that renders a conversation as a prefix of its continuation. The
+    last turn's text is rendered as a fixed mark, never as what the policy wrote: a text that also occurs in the
+    close (">" in "<|end|>") or that the template rewrites (strips) must not move where the close starts.
     """
-    before = tokenizer.apply_chat_template(history, tokenize=False)
-    after = tokenizer.apply_chat_template(history + observations, add_generation_prompt=True, tokenize=False)
+    marked = [*history[:-1], {**history[-1], "content": TURN_MARK}]
+    before = tokenizer.apply_chat_template(marked, tokenize=False)
+    after = tokenizer.apply_chat_template(marked + observations, add_generation_prompt=True, tokenize=False)
     if not after.startswith(before):
         raise ConfigError("the chat template does not render a conversation as a prefix of its continuation")
-    content = str(history[-1].get("content") or "")
-    end = before.rfind(content) + len(content) if content else len(before)
-    if content and end < len(content):
+    if before.count(TURN_MARK) != 1:
         raise ConfigError("the chat template does not render the assistant's text as it was written")
-    closing = before[end:]
+    closing = before[before.index(TURN_MARK) + len(TURN_MARK) :]
     if ended_with and closing.startswith(ended_with):
         closing = closing[len(ended_with) :]  # the policy wrote it already
     return tokenizer(closing + after[len(before) :], add_special_tokens=False)["input_ids"]
@@ -182,11 +188,25 @@ def run_episodes(
                 raise ConfigError(f"{episode.prompt.environment}: {getattr(exc, 'message', exc)}") from None
             _fail(episode, _error_text(exc))
 
+    def finish(episode: Episode, end_reason: str) -> None:
+        assert episode.session is not None
+        try:
+            score = episode.session.finish()
+            dumped = score.model_dump(mode="json") if hasattr(score, "model_dump") else dict(score)
+            _take_score(episode, dumped, end_reason)
+        except Exception as exc:
+            _fail(episode, _error_text(exc))
+
     def step(episode: Episode, text: str) -> dict[str, Any] | None:
         assert episode.session is not None
         try:
             return episode.session.step({"role": "assistant", "content": text})
         except Exception as exc:
+            if getattr(exc, "status", None) == 413:
+                # The policy's own turn is too large for the session (a message or transcript budget): its
+                # outcome, scored as the transcript stands (a refused step leaves the session open), not masked.
+                finish(episode, "too_large")
+                return None
             _fail(episode, _error_text(exc))
             return None
 
@@ -207,7 +227,9 @@ def run_episodes(
             for episode, turn in zip(running, turns, strict=True):
                 episode.completion_ids += turn
                 episode.completion_mask += [1] * len(turn)
-                episode.truncated = turn[-1] not in stops  # cut at max_new_tokens
+                episode.turn_lengths.append(len(turn))
+                # Cut at max_new_tokens: an earlier turn's cut counts too (the session ran its half-written text).
+                episode.truncated = episode.truncated or turn[-1] not in stops
             with ThreadPoolExecutor(max_workers=min(SESSION_THREADS, len(running))) as pool:
                 results = list(pool.map(step, running, texts))
             for episode, text, turn, result in zip(running, texts, turns, results, strict=True):
@@ -228,17 +250,7 @@ def run_episodes(
                 episode.completion_mask += [0] * len(tail)
         # The session's own turn cap equals max_turns, so it has ended every episode by now; finish any other.
         leftover = [e for e in episodes if not e.done and e.session is not None]
-
-        def finish(episode: Episode) -> None:
-            assert episode.session is not None
-            try:
-                score = episode.session.finish()
-                dumped = score.model_dump(mode="json") if hasattr(score, "model_dump") else dict(score)
-                _take_score(episode, dumped, "no_tool_call")
-            except Exception as exc:
-                _fail(episode, _error_text(exc))
-
-        _parallel(finish, leftover)
+        _parallel(lambda episode: finish(episode, "no_tool_call"), leftover)
     finally:
         _parallel(_close, [e for e in episodes if e.session is not None])
     return episodes
@@ -271,6 +283,7 @@ def to_samples(episodes: list[Episode], tokenizer: Any) -> list[Sample]:
         )
         sample.completion_mask = episode.completion_mask
         sample.turns, sample.tool_calls = episode.turns, episode.tool_calls
+        sample.turn_lengths = episode.turn_lengths
         sample.end_reason = episode.end_reason
         samples.append(sample)
     return samples
