@@ -18,7 +18,7 @@ ifneq ($(wildcard /opt/wheels/*.whl),)
 export PIP_FIND_LINKS := /opt/wheels
 endif
 
-.PHONY: setup system-packages serve test docs lint format bench clean
+.PHONY: setup system-packages serve test docs lint format bench clean images
 
 system-packages:
 	@bash scripts/system-packages.sh
@@ -69,6 +69,14 @@ bench: setup
 	$(BIN)/python bench/judge.py
 	$(BIN)/python bench/puzzles.py
 	$(BIN)/python bench/trainer.py
+
+# The Docker images (docs/deployment.md): the service from the committed tree (git archive: no .venv in the
+# context), then the sandboxes' toolchains on top of it. Needs a docker daemon and a network; not part of `make test`.
+IMAGE_TAG ?= latest
+images:
+	set -o pipefail; git archive --format=tar HEAD | docker build -f docker/Dockerfile -t proctor:$(IMAGE_TAG) -
+	docker build -f docker/toolchains.Dockerfile --build-arg SERVICE_IMAGE=proctor:$(IMAGE_TAG) \
+		-t proctor-toolchains:$(IMAGE_TAG) docker/
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info .pytest_cache .ruff_cache

@@ -11,15 +11,16 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 
 import proctor
-from proctor.api import compat, environments, graders, ops, routes, run_code, sessions
+from proctor.api import compat, environments, graders, jobs, ops, routes, run_code, sessions
 from proctor.api.admission import Admission
 from proctor.api.auth import BearerAuthMiddleware
 from proctor.api.errors import install_error_handlers
-from proctor.api.limits import BodyLimitMiddleware
+from proctor.api.limits import BodyLimitMiddleware, RateLimiter, RateLimitMiddleware
 from proctor.api.metrics import Metrics, RequestMetricsMiddleware
 from proctor.api.state import ServiceState
 from proctor.contract import RequestError
 from proctor.engine import Engine
+from proctor.redis_backend import connect
 from proctor.registry import all_verifiers, get_verifier, load_verifiers
 from proctor.settings import Settings, get_settings
 
@@ -68,6 +69,14 @@ def create_app(settings: Settings | None = None, engine: Engine | None = None) -
         lifespan=lifespan,
     )
     app.state.proctor = state
+    shared = (
+        connect(settings.redis_url, replica_url=settings.advertise_url or None)
+        if settings.redis_url
+        else None
+    )
+    if shared is not None:  # the engine, the session store and the rate limit share this one connection
+        shared.observer = state.metrics
+        state.metrics.watch_redis(shared.available)
     install_error_handlers(app, settings.retry_after_s, state.metrics.observe_rejection)
     app.include_router(routes.router)
     app.include_router(compat.router)
@@ -76,10 +85,19 @@ def create_app(settings: Settings | None = None, engine: Engine | None = None) -
     app.include_router(graders.router)
     app.include_router(environments.router)
     sessions.install(app, state)
+    jobs.install(app, state)
 
     # add_middleware wraps what is already there, so the last added runs first:
     # metrics (sees every answer) -> auth (rejects before any body is read) -> body limit -> app.
     app.add_middleware(BodyLimitMiddleware, max_body_bytes=settings.max_body_bytes)
+    if settings.rate_limit_per_s > 0:  # inside auth: only callers that passed the token check spend tokens
+        limiter = RateLimiter(settings.rate_limit_per_s, settings.rate_limit_burst, shared)
+        app.add_middleware(
+            RateLimitMiddleware,
+            limiter=limiter,
+            on_limited=state.metrics.observe_rate_limited,
+            by_token=bool(settings.token),
+        )
     if settings.token:
         app.add_middleware(BearerAuthMiddleware, token=settings.token)
     app.add_middleware(RequestMetricsMiddleware, metrics=state.metrics)

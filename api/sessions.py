@@ -38,11 +38,15 @@ from proctor.environments.tools.sessions import (
     CreateSession,
     FinishRequest,
     MemorySessionStore,
+    RedisSessionStore,
     SessionConflict,
+    SessionElsewhere,
     SessionManager,
+    SessionStore,
     StepRequest,
     owner_of,
 )
+from proctor.redis_backend import connect
 
 router = APIRouter(prefix="/v1", tags=["sessions"])
 
@@ -104,8 +108,13 @@ class PrometheusSessionObserver:
 def install(app: FastAPI, state: ServiceState, manager: SessionManager | None = None) -> SessionManager:
     """Add the session routes, the 409 handler and a session manager (scoring with the app's engine)."""
     if manager is None:
+        settings = state.settings
+        store: SessionStore = MemorySessionStore(max_open=MAX_OPEN_SESSIONS)
+        if settings.redis_url:  # replicas share the records; state stays with the replica that opened it
+            shared = connect(settings.redis_url, replica_url=settings.advertise_url or None)
+            store = RedisSessionStore(shared, max_open=MAX_OPEN_SESSIONS)
         manager = SessionManager(
-            MemorySessionStore(max_open=MAX_OPEN_SESSIONS),
+            store,
             engine=state.require_engine,
             observer=PrometheusSessionObserver(state.metrics),
         )
@@ -117,6 +126,17 @@ def install(app: FastAPI, state: ServiceState, manager: SessionManager | None = 
         return json_response(_conflict_body(exc), status_code=409)
 
     app.add_exception_handler(SessionConflict, conflict)
+
+    async def elsewhere(request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, SessionElsewhere)
+        body = {"error": {"status": 421, "message": exc.message, "field": exc.field}, "replica": exc.replica}
+        headers = {}
+        if exc.replica_url:
+            body["replica_url"] = exc.replica_url
+            headers["Location"] = exc.replica_url.rstrip("/") + request.url.path
+        return json_response(body, status_code=421, headers=headers)
+
+    app.add_exception_handler(SessionElsewhere, elsewhere)
     return manager
 
 
@@ -195,8 +215,28 @@ class ConflictResponse(ErrorResponse):
     score: Score | None = None
 
 
+class ElsewhereResponse(ErrorResponse):
+    """A 421 (replicas sharing Redis): another replica holds the session's state; the request goes there."""
+
+    replica: str
+    replica_url: str | None = None
+
+
 _CONFLICT = {409: {"model": ConflictResponse, "description": "Step out of order, or the session has ended."}}
-_STEP_ERRORS = {**_ERRORS, **_NOT_FOUND, **_GONE, **_CONFLICT}
+_UNAVAILABLE = {
+    503: {
+        "model": ErrorResponse,
+        "description": "The session store shared by replicas (Redis) is down; retry.",
+    }
+}
+_ELSEWHERE = {
+    421: {
+        "model": ElsewhereResponse,
+        "description": "Another replica holds the session's state: send the request to `replica_url` "
+        "(also in the Location header).",
+    }
+}
+_STEP_ERRORS = {**_ERRORS, **_NOT_FOUND, **_GONE, **_CONFLICT, **_ELSEWHERE, **_UNAVAILABLE}
 _MESSAGE = "An assistant message in OpenAI's chat format, validated as a chat message."
 
 
@@ -320,7 +360,7 @@ async def finish_session(
 
 @router.get(
     "/sessions/{session_id}",
-    responses={**error_responses(401), **_NOT_FOUND, **_GONE},
+    responses={**error_responses(401), **_NOT_FOUND, **_GONE, **_UNAVAILABLE},
     summary="A session's record",
 )
 async def get_session(
@@ -331,7 +371,10 @@ async def get_session(
 
 
 @router.delete(
-    "/sessions/{session_id}", status_code=204, responses=error_responses(401), summary="Close a session"
+    "/sessions/{session_id}",
+    status_code=204,
+    responses={**error_responses(401), **_ELSEWHERE, **_UNAVAILABLE},
+    summary="Close a session",
 )
 async def delete_session(
     session_id: str, sessions: SessionManager = Depends(get_sessions), owner: str | None = Depends(caller)

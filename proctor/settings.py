@@ -181,6 +181,12 @@ class Settings(BaseSettings):
     redis_cache_ttl_s: int = Field(
         7 * 24 * 3600, ge=1, description="How long a score stays in the shared Redis cache, in seconds."
     )
+    advertise_url: str = Field(
+        "",
+        description="Where this replica answers, as other replicas and clients can reach it "
+        "(http://10.0.0.5:8000): a session step for a session whose state (an interpreter) this replica holds, "
+        "sent to another replica, is answered 421 naming it. Needs PROCTOR_REDIS_URL; empty: not advertised.",
+    )
     rate_limit_per_s: float = Field(
         0.0,
         ge=0,
