@@ -18,6 +18,8 @@ import pytest
 from proctor.capacity import PoolFull
 from proctor.contract import RequestError
 from proctor.engine import Engine
+from proctor.environments.tools.orders.environment import ORDERS
+from proctor.environments.tools.orders.environment import gold_transcript as gold_transcript_orders
 from proctor.environments.tools.search_qa.environment import SEARCH_QA, SearchQA, gold_transcript
 from proctor.environments.tools.sessions import (
     RedisSessionStore,
@@ -69,6 +71,13 @@ def replicas(redis_server: RedisServer, engine: Engine) -> Iterator[list[Replica
         replica.shared.close()
 
 
+@pytest.fixture
+def process_bound(monkeypatch: pytest.MonkeyPatch) -> None:
+    """tool.search_qa standing in for an environment whose state lives in the process that opened the session
+    (a persistent interpreter): the in-process replicas then treat its sessions so."""
+    monkeypatch.setattr(SearchQA, "rebuildable_state", False)
+
+
 def gold_steps() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     task = SEARCH_QA.make_tasks("train", 4, 1, "hard")[0]
     gold = gold_transcript(task)
@@ -106,7 +115,9 @@ async def test_the_store_keeps_records_keys_and_bounds_in_redis(redis_server: Re
         await a.close()
 
 
-async def test_process_bound_state_is_reached_through_its_replica(replicas: list[Replica]):
+async def test_process_bound_state_is_reached_through_its_replica(
+    replicas: list[Replica], process_bound: None
+):
     a, b = replicas
     assistant, _ = gold_steps()
     opened = await a.sessions.create({"environment": "tool.search_qa", "task": TASK_REF})
@@ -129,7 +140,7 @@ async def test_process_bound_state_is_reached_through_its_replica(replicas: list
 async def test_rebuildable_sessions_step_on_any_replica_exactly_as_on_one(
     replicas: list[Replica], monkeypatch: pytest.MonkeyPatch
 ):
-    monkeypatch.setattr(SearchQA, "rebuildable_state", True, raising=False)
+    assert SearchQA.rebuildable_state
     a, b = replicas
     assistant, tools = gold_steps()
     opened = await a.sessions.create({"environment": "tool.search_qa", "task": TASK_REF})
@@ -153,7 +164,7 @@ async def test_rebuildable_sessions_step_on_any_replica_exactly_as_on_one(
 async def test_one_step_runs_once_when_two_replicas_get_it_at_once(
     replicas: list[Replica], monkeypatch: pytest.MonkeyPatch
 ):
-    monkeypatch.setattr(SearchQA, "rebuildable_state", True, raising=False)
+    assert SearchQA.rebuildable_state
     calls: list[str] = []
     original = SearchQA.call
 
@@ -177,7 +188,9 @@ async def test_one_step_runs_once_when_two_replicas_get_it_at_once(
         await b.sessions.step(sid, assistant[1], step=3)
 
 
-async def test_a_gone_replica_ends_its_sessions_as_machinery_failures(replicas: list[Replica]):
+async def test_a_gone_replica_ends_its_sessions_as_machinery_failures(
+    replicas: list[Replica], process_bound: None
+):
     a, b = replicas
     assistant, _ = gold_steps()
     stepped = (await a.sessions.create({"environment": "tool.search_qa", "task": TASK_REF}))["session_id"]
@@ -193,7 +206,9 @@ async def test_a_gone_replica_ends_its_sessions_as_machinery_failures(replicas: 
     assert score["status"] == "ok" and score["reward"] == 0.0
 
 
-async def test_expiry_is_left_to_the_replica_holding_the_state(redis_server: RedisServer, engine: Engine):
+async def test_expiry_is_left_to_the_replica_holding_the_state(
+    redis_server: RedisServer, engine: Engine, process_bound: None
+):
     offset = [0.0]
 
     def clock() -> float:
@@ -259,9 +274,15 @@ def test_a_step_sent_to_another_replica_is_answered_421_naming_the_owner(
         )
         assert urls[-1] == url
     a, b = urls
-    assistant, _ = gold_steps()
+    # tool.orders keeps its shop's database in the replica that opened the session (its tools write to it).
+    assert not ORDERS.rebuildable_state
+    task = ORDERS.make_tasks("train", 0, 1)[0]
+    first = next(m for m in gold_transcript_orders(task) if m["role"] == "assistant")
+    assistant = [first]
     created = httpx.post(
-        f"{a}/v1/sessions", json={"environment": "tool.search_qa", "task": TASK_REF}, timeout=60
+        f"{a}/v1/sessions",
+        json={"environment": "tool.orders", "task": task.model_dump(mode="json")},
+        timeout=60,
     )
     assert created.status_code == 201, created.text
     sid = created.json()["session_id"]

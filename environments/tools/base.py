@@ -180,6 +180,10 @@ class ToolEnvironment(ABC):
     default_level: ClassVar[str | None] = None
     reference_model: ClassVar[Any] = Any
     """The reference type (a pydantic model or a type) the replay verifier validates `reference` with."""
+    rebuildable_state: ClassVar[bool] = False
+    """True when `start` alone rebuilds everything `call` needs (no state changes from one call to the next), so
+    with replicas sharing Redis any replica can step the session; False (an interpreter, a database the tools
+    write) keeps the session on the replica that opened it."""
 
     def limits(self) -> SessionLimits:
         """The environment's default session limits."""

@@ -230,6 +230,7 @@ class MathPython(ToolEnvironment):
     """Math with a stateless sandboxed `python` tool; see the module docstring."""
 
     name: ClassVar[str] = NAME
+    rebuildable_state: ClassVar[bool] = True  # every call is a fresh process
     version: ClassVar[str] = VERSION
     description: ClassVar[str] = (
         "Math problems solved with a sandboxed `python` tool (a fresh process per call); the final answer "
@@ -809,6 +810,8 @@ class PersistentState(BaseModel):
 
 class MathPythonPersistent(MathPython):
     """`tool.math_python` with one persistent interpreter per session (state kept between calls)."""
+
+    rebuildable_state: ClassVar[bool] = False  # the interpreter lives in the replica that opened the session
 
     name: ClassVar[str] = PERSISTENT_NAME
     description: ClassVar[str] = (

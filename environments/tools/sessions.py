@@ -928,7 +928,7 @@ class SessionManager:
         """Whether another live replica holds state this replica cannot rebuild (so it must act there)."""
         if not self._foreign(record):
             return False
-        if getattr(get_tool_environment(record.environment), "rebuildable_state", False):
+        if get_tool_environment(record.environment).rebuildable_state:
             return False
         return self._replica_alive(record) is not False
 
@@ -948,7 +948,7 @@ class SessionManager:
         if not self._foreign(record):
             return False
         env = get_tool_environment(record.environment)
-        if getattr(env, "rebuildable_state", False):
+        if env.rebuildable_state:
             if action != "step":
                 return False
             try:

@@ -248,6 +248,7 @@ class SearchQA(ToolEnvironment):
 
     name = NAME
     version = VERSION
+    rebuildable_state = True  # the tools only read the seeded corpus
     description = (
         "Multi-hop questions (2-4 relations) over a seeded fictional encyclopedia of 2,440 articles; tools "
         "search (BM25) and open; exact match or F1 of the final answer against gold aliases."

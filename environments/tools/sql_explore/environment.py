@@ -378,6 +378,7 @@ class SqlExplore(ToolEnvironment):
 
     name = NAME
     version = VERSION
+    rebuildable_state = True  # the copy is read-only: a fresh one answers every query the same
     description = (
         "Text-to-SQL with exploration: the schema is not given, a read-only sql(query) tool runs on a session "
         "copy of the database; the final ```sql query is graded by the sql verifier's execution match on the "
