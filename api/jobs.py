@@ -31,7 +31,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from proctor import io
 from proctor.api.errors import describe_validation_error
 from proctor.api.rendering import json_response
-from proctor.api.responses import error_responses
+from proctor.api.responses import error_responses, server_validated
 from proctor.api.sessions import caller
 from proctor.api.state import ServiceState, get_state
 from proctor.contract import ItemError, RequestError, Score
@@ -118,7 +118,7 @@ class JobService:
         """Whether to open the database at start-up (see the module's docstring)."""
         from proctor.db.connect import database_url
 
-        if self.settings.database_url or self.settings.audit_log:
+        if self._migrated or self.settings.database_url or self.settings.audit_log:
             return True
         url = database_url(self.settings)
         return url.database is not None and Path(url.database).exists()
@@ -374,6 +374,7 @@ _CREATE_BODY = {
                 "schema": {
                     "type": "object",
                     "required": ["file"],
+                    "additionalProperties": False,
                     "properties": {
                         "file": {
                             "type": "string",
@@ -398,7 +399,16 @@ _CREATE_BODY = {
     response_model=JobStatus,
     responses=_errors(400, 401, 404, 413, 415, 422, 503),
     summary="Create a batch job",
-    openapi_extra=_CREATE_BODY,
+    openapi_extra={
+        **_CREATE_BODY,
+        **server_validated(
+            file="Must be a readable .jsonl or .parquet file (by its name) holding at least one row.",
+            input_path="Must name a .jsonl or .parquet file inside PROCTOR_JOBS_INPUT_DIR (unset: not accepted).",
+            response_field="A field name of 1 to 200 characters.",
+            reference_field="A field name of 1 to 200 characters.",
+            verifier="A registered verifier (an unknown one is a 404).",
+        ),
+    },
 )
 async def create(
     request: Request,
@@ -431,12 +441,17 @@ async def _create_from_upload(
     request: Request, settings: Settings, service: JobService, owner: str | None, job_id: str
 ) -> dict[str, Any]:
     try:
-        form = await request.form(max_files=1, max_fields=len(UPLOAD_FIELDS))
+        form = await request.form(max_files=1, max_fields=16)
     except Exception as exc:  # starlette raises MultiPartException / HTTPException for a malformed body
         raise RequestError(
             400, f"cannot read the multipart body: {getattr(exc, 'detail', None) or exc}"
         ) from None
     try:
+        for name in form:
+            if name != "file" and name not in UPLOAD_FIELDS:
+                raise RequestError(
+                    422, f"unknown field {name!r}; fields: file, {', '.join(UPLOAD_FIELDS)}", name
+                )
         upload = form.get("file")
         if not isinstance(upload, UploadFile):
             raise RequestError(422, "upload the input as the multipart file field 'file'", "file")
@@ -503,6 +518,8 @@ async def _create_from_path(
 async def _job_or_404(service: JobService, job_id: str, owner: str | None) -> dict[str, Any]:
     from proctor.jobs import job_view
 
+    if not service.wanted_at_start():  # no database yet, so no job: reading must not create one
+        raise RequestError(404, f"no job {job_id!r}", "job_id")
     db = await _db(service)
     view = await _call(job_view, db, job_id, owner)
     if view is None:
@@ -565,6 +582,8 @@ async def cancel(
     """Cancel a queued or running job; the rows scored so far stay readable. A finished job is a 409."""
     from proctor.jobs import cancel_job
 
+    if not service.wanted_at_start():
+        raise RequestError(404, f"no job {job_id!r}", "job_id")
     db = await _db(service)
     view = await _call(cancel_job, db, job_id, owner)
     if view is None:

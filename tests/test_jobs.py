@@ -40,7 +40,8 @@ JOB_TIMEOUT_S = 240.0
 
 
 def launch(tmp_path: Path, **settings: Any) -> ServerProcess:
-    """Start a service (test plugins loaded, four pool workers) and wait until it answers."""
+    """Start a service (test plugins loaded, four pool workers, files under tmp_path) and wait until it answers."""
+    settings.setdefault("PROCTOR_DATA_DIR", str(tmp_path / "data"))  # never the user's data directory
     port = free_port()
     env = server_env(port, PROCTOR_POOL_WORKERS=4, **settings)
     server = ServerProcess(env, tmp_path / f"server-{port}.log")
@@ -278,10 +279,12 @@ def test_bad_job_requests_are_clear_4xx_naming_the_field(service, tmp_path: Path
     assert error(upload(client, empty), 422)["field"] == "file"
     assert error(upload(client, wrong_kind), 422)["field"] == "file"
     assert error(upload(client, good, response_field=""), 422)["field"] == "response_field"
-    assert (
-        error(client.post("/v1/jobs", data={"verifier": "math"}, files={"other": ("x", b"y")}), 422)["field"]
-        == "file"
-    )
+    no_file = client.post("/v1/jobs", files={"verifier": (None, "math")})  # multipart, text fields only
+    assert error(no_file, 422)["field"] == "file"
+    text_file = client.post("/v1/jobs", files={"file": (None, '{"response": "a"}')})  # a text field, no file
+    assert error(text_file, 422)["field"] == "file"
+    stray = client.post("/v1/jobs", files={"file": ("good.jsonl", good.read_bytes()), "other": (None, "y")})
+    assert error(stray, 422)["field"] == "other"
     assert (
         error(client.post("/v1/jobs", content=b"x", headers={"content-type": "text/plain"}), 415)["field"]
         == "Content-Type"
