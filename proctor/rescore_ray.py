@@ -84,9 +84,15 @@ def _qualified(verifier: str | None) -> str | None:
         return None
 
 
+# The service's bearer token says who may call a Proctor service; scoring never reads it, so it stays here.
+_NOT_SENT = frozenset({"PROCTOR_TOKEN"})
+
+
 def proctor_environment() -> dict[str, str]:
     """The PROCTOR_* variables of this process, which the tasks get too so that they score as it would."""
-    return {key: value for key, value in os.environ.items() if key.startswith("PROCTOR_")}
+    return {
+        key: value for key, value in os.environ.items() if key.startswith("PROCTOR_") and key not in _NOT_SENT
+    }
 
 
 def check_reachable(address: str, timeout: float = 10.0) -> None:

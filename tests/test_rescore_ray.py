@@ -12,9 +12,11 @@ import re
 import secrets
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,6 +24,8 @@ from typing import Any
 
 import pytest
 
+from proctor.rescore import RescoreError
+from proctor.rescore_ray import check_reachable, proctor_environment
 from tests.conftest import free_port
 
 pytestmark = pytest.mark.slow
@@ -297,3 +301,31 @@ def test_importing_proctor_does_not_import_ray():
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "False"
+
+
+def test_an_address_where_something_else_listens_is_not_taken_for_a_ray_head():
+    server = socket.create_server(("127.0.0.1", 0))
+    port = server.getsockname()[1]
+
+    def answer_like_a_web_server() -> None:
+        conn, _ = server.accept()
+        with conn:
+            conn.recv(1024)
+            conn.sendall(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n")
+
+    thread = threading.Thread(target=answer_like_a_web_server, daemon=True)
+    thread.start()
+    with server, pytest.raises(RescoreError) as caught:
+        check_reachable(f"127.0.0.1:{port}")
+    assert "is not a Ray head" in str(caught.value) and caught.value.code == 1
+    thread.join(timeout=10)
+
+
+def test_the_tasks_get_the_proctor_settings_but_not_the_service_token(monkeypatch):
+    monkeypatch.setenv("PROCTOR_PLUGINS", "tests.plugins.slow")
+    monkeypatch.setenv("PROCTOR_JUDGE_API_KEY", "judge-key")
+    monkeypatch.setenv("PROCTOR_TOKEN", "service-token")
+    monkeypatch.setenv("NOT_PROCTOR", "1")
+    env = proctor_environment()
+    assert env["PROCTOR_PLUGINS"] == "tests.plugins.slow" and env["PROCTOR_JUDGE_API_KEY"] == "judge-key"
+    assert "PROCTOR_TOKEN" not in env and "NOT_PROCTOR" not in env
