@@ -5,8 +5,9 @@ assistant turn (at most `max_new_tokens` tokens), step the session with its text
 tokens to the sequence. The policy's tokens have loss mask 1; the observation tokens (the chat template's
 rendering of the tool messages and of the next assistant header) have mask 0: they are context the policy did
 not choose. The reward is the session's final score; a session whose machinery failed (a non-ok status, an
-error opening or stepping it) marks its sample invalid, so it is masked out of the update, never scored 0.
-Every session opened is closed, also when a step raises.
+error opening or stepping it) marks its sample invalid, so it is masked out of the update, never scored 0. A
+turn the session refuses as too large (413) is the policy's doing, not the machinery's: the session is finished
+as it stands and that score is the reward. Every session opened is closed, also when a step raises.
 
 All episodes of a step advance together: one `generate` call per turn over every episode still running, and
 the session calls of a turn run on a thread pool (they are I/O: HTTP requests to a Proctor service, or calls
