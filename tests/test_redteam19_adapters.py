@@ -210,6 +210,80 @@ def test_proctor_tool_sessions_do_not_collide_on_deterministic_request_ids(serve
     assert verl_agent.open_requests() == []
 
 
+def echo_tool(server: str) -> Any:
+    """A ProctorTool for tool.test_echo's echo, as verl's loader builds it."""
+    from verl.tools.schemas import OpenAIFunctionToolSchema
+
+    spec = {
+        "type": "function",
+        "function": {
+            "name": "echo",
+            "description": "Echo the text.",
+            "parameters": {
+                "type": "object",
+                "properties": {"text": {"type": "string"}},
+                "required": ["text"],
+            },
+        },
+    }
+    config = {"type": "native", "environment": ECHO, "server_url": server}
+    return verl_agent.ProctorTool(config, OpenAIFunctionToolSchema.model_validate(spec))
+
+
+async def verl_call_tool(tool: Any, parameters: dict[str, Any], agent_data: Any) -> str:
+    """verl 0.9.1's ToolAgentLoop._call_tool: an exception of execute becomes the tool's text (lines 490-492)."""
+    try:
+        response, _, _ = await tool.execute("instance", parameters, agent_data=agent_data)
+        return str(response.text)
+    except Exception as exc:  # noqa: BLE001 - exactly what verl does
+        return f"Error executing tool '{tool.name}': {exc}"
+
+
+def test_proctor_tool_machinery_failure_is_masked_and_hides_the_session(server: str) -> None:
+    """The session is lost on the service mid-rollout: verl's tool loop shows the policy nothing naming it, and
+    finish_request answers None (masked) rather than raising or paying a verdict."""
+    tool = echo_tool(server)
+    proctor = {"environment": ECHO, "task": {"seed": 0, "index": 0}}
+    agent_data = SimpleNamespace(
+        request_id="r-lost", tools_kwargs={"echo": {"create_kwargs": {"proctor": proctor}}}, extra_fields={}
+    )
+
+    async def drive() -> tuple[str, str, float | None]:
+        assert await verl_call_tool(tool, {"text": "w0-0"}, agent_data) == "w0-0"
+        [session_id] = [e.session_id for e in verl_agent._episodes.values()]  # pyright: ignore[reportPrivateUsage]
+        async with httpx.AsyncClient() as http:
+            await http.delete(f"{server}/v1/sessions/{session_id}")
+        shown = await verl_call_tool(tool, {"text": "w0-0"}, agent_data)
+        return session_id, shown, await verl_agent.finish_request(agent_data, "w0-0")
+
+    session_id, shown, got = asyncio.run(drive())
+    assert session_id not in shown
+    assert got is None
+    assert verl_agent.open_requests() == []
+
+
+def test_interaction_machinery_failure_terminates_masked(server: str) -> None:
+    """The session is lost mid-conversation: the interaction ends the rollout flagged failed (mask it), with no
+    error text as the user's reply, instead of raising out of verl's loop."""
+    interaction = verl_agent.ProctorInteraction({"name": "proctor", "server_url": server})
+
+    async def drive() -> tuple[tuple[bool, str, float, dict[str, Any]], bool, str]:
+        proctor = {"environment": "tool.test_user", "task": {"seed": 0, "index": 0}}
+        instance = await interaction.start_interaction("i-1", proctor=proctor)
+        session_id = interaction._episodes[instance].session_id  # pyright: ignore[reportPrivateUsage]
+        async with httpx.AsyncClient() as http:
+            await http.delete(f"{server}/v1/sessions/{session_id}")
+        result = await interaction.generate_response(instance, [{"role": "assistant", "content": "hello"}])
+        failed = interaction.failed(instance)
+        await interaction.finalize_interaction(instance)
+        return result, failed, session_id
+
+    (terminate, reply, score, extra), failed, session_id = asyncio.run(drive())
+    assert terminate is True and reply == "" and score == 0.0
+    assert failed and extra["proctor_failed"] is True
+    assert session_id not in json.dumps(extra)
+
+
 # -- 3-5. TRL ---------------------------------------------------------------------------------------------------
 
 
@@ -330,3 +404,133 @@ def test_verl_tool_yaml_keeps_what_verls_schema_model_drops(
     item_ids = shown["properties"]["item_ids"]
     assert item_ids["type"] == "array"
     assert '"items": {"type": "string"}' in item_ids.get("description", "")
+
+
+# -- 8. a failed step (machinery) masks the rollout instead of crashing the trainer's step --------------------
+
+
+class LosingServer(Server):
+    """verl's server_manager; before the second turn the service loses the session (deleted under it)."""
+
+    def __init__(self, tokenizer: Any, turns: list[str], url: str, episodes: list[Any]):
+        super().__init__(tokenizer, turns, stop_token=True)
+        self.url, self.episodes, self.turn = url, episodes, 0
+
+    async def generate(self, **kwargs: Any) -> Any:
+        self.turn += 1
+        if self.turn == 2:
+            async with httpx.AsyncClient() as http:
+                await http.delete(f"{self.url}/v1/sessions/{self.episodes[-1].session_id}")
+        return await super().generate(**kwargs)
+
+
+def test_verl_failed_step_is_a_masked_rollout(server: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The session is lost on the service mid-rollout: verl gets a masked output (every mask 0, proctor_failed
+    1), not an exception that fails the whole training step, and the episode is closed."""
+    opened: list[Any] = []
+    real = verl_agent.open_episode
+
+    async def recording(*args: Any, **kwargs: Any) -> Any:
+        opened.append(await real(*args, **kwargs))
+        return opened[-1]
+
+    monkeypatch.setattr(verl_agent, "open_episode", recording)
+    turns = h.echo_script("w0-0")
+    tokenizer = chatml_tokenizer("".join(turns))
+    target = verl_loop._agent_loop_registry[verl_agent.AGENT_NAME]["_target_"]
+    module, _, name = target.rpartition(".")
+    config = Config(
+        {
+            "actor_rollout_ref": {
+                "rollout": {"response_length": 60_000, "multi_turn": {"proctor": {"server_url": server}}}
+            }
+        }
+    )
+    loop = getattr(sys.modules[module], name)(
+        trainer_config=verl_loop.DictConfigWrap(config),
+        server_manager=LosingServer(tokenizer, turns, server, opened),
+        tokenizer=tokenizer,
+        processor=None,
+        dataset_cls=None,
+        data_config=verl_loop.DictConfigWrap(Config({})),
+    )
+    extra = {"proctor": {"environment": ECHO, "task": {"seed": 0, "index": 0}}}
+    output = asyncio.run(loop.run({}, raw_prompt=[], extra_info=extra))
+    assert output.extra_fields["proctor_failed"] == 1
+    assert output.extra_fields["proctor_status"] != "ok"
+    assert set(output.response_mask) == {0}
+    assert opened[-1].closed
+
+
+def test_openrlhf_failed_step_is_masked(server: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The session is lost on the service: the step answers done with the failure (scores NaN,
+    proctor_failed 1) as for any machinery failure, rather than raising out of OpenRLHF's executor."""
+    monkeypatch.setenv("PROCTOR_URL", server)
+    monkeypatch.setenv("PROCTOR_CHAT_TEMPLATE", "chatml")
+    agent = openrlhf_agent.AgentInstance()
+
+    async def drive() -> dict[str, Any]:
+        label = {"environment": ECHO, "task": {"seed": 0, "index": 0}}
+        await agent.reset({"observation": "p", "label": label})
+        assert agent.episode is not None
+        async with httpx.AsyncClient() as http:
+            await http.delete(f"{server}/v1/sessions/{agent.episode.session_id}")
+        call = json.dumps({"name": "echo", "arguments": {"text": "w0-0"}})
+        return await agent.step({"action_text": f"<tool_call>{call}</tool_call>", "label": label})
+
+    result = asyncio.run(drive())
+    assert result["done"] is True
+    assert result["extra_logs"]["proctor_failed"].item() == 1.0
+    assert result["scores"].isnan().item()
+    assert result["environment_feedback"] == ""
+
+
+class _LosingTurns(list):
+    """The router's script: before the second turn is served, the service loses the session."""
+
+    def __init__(self, turns: list[str], url: str, episodes: list[Any]):
+        super().__init__(turns)
+        self.url, self.episodes, self.served = url, episodes, 0
+
+    def pop(self, index: Any = -1) -> Any:
+        self.served += 1
+        if self.served == 2:
+            httpx.delete(f"{self.url}/v1/sessions/{self.episodes[-1].session_id}", timeout=10)
+        return super().pop(index)
+
+
+def test_slime_failed_step_is_a_removed_sample(
+    server: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The session is lost on the service mid-rollout: slime gets a removed sample (remove_sample, the failure
+    value, proctor_status not ok), not an exception out of generate_and_rm."""
+    from proctor.adapters import slime_agent
+    from tests.test_agent_adapters_slime import Router, Sample
+
+    monkeypatch.setenv("PROCTOR_URL", server)
+    monkeypatch.delenv("PROCTOR_CHAT_TEMPLATE", raising=False)
+    opened: list[Any] = []
+    real = slime_agent.open_episode
+
+    async def recording(*args: Any, **kwargs: Any) -> Any:
+        opened.append(await real(*args, **kwargs))
+        return opened[-1]
+
+    monkeypatch.setattr(slime_agent, "open_episode", recording)
+    turns = h.echo_script("w0-0")
+    tokenizer = h.tokenizer("".join(turns))
+    tokenizer.save_pretrained(tmp_path)
+    router = Router(tokenizer)
+    try:
+        router.turns = _LosingTurns(turns, server, opened)
+        host, port = router.http.server_address[:2]
+        args = SimpleNamespace(hf_checkpoint=str(tmp_path), sglang_router_ip=host, sglang_router_port=port)
+        label = {"environment": ECHO, "task": {"seed": 0, "index": 0}}
+        sample = Sample(prompt="p", label=label)
+        out = asyncio.run(slime_agent.generate(args, sample, {"max_new_tokens": 10_000}))
+    finally:
+        router.stop()
+    assert out.remove_sample is True
+    assert out.metadata["proctor_status"] != "ok"
+    assert out.reward == 0.0
+    assert opened[-1].closed

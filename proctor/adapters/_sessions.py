@@ -12,7 +12,9 @@ Sessions live on the Proctor service when a URL is given (or $PROCTOR_URL), else
 
 from __future__ import annotations
 
+import asyncio
 import json
+import logging
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -76,6 +78,7 @@ class Episode:
     end_reason: str | None = None
     transcript: list[dict[str, Any]] = field(default_factory=list)
     closed: bool = False
+    failure: str | None = None  # a session call raised (machinery): the episode is masked, whatever it scored
 
     @property
     def session_id(self) -> str:
@@ -137,6 +140,26 @@ async def open_episode(
         client = CLIENTS.asynchronous(url, token or os.environ.get("PROCTOR_TOKEN") or None)
         session = await client.open_session(environment, dict(task), options=dict(options or {}))
     return Episode(session, url, list(session.messages), list(session.tools))
+
+
+async def close_quietly(episode: Episode) -> None:
+    """Delete the episode's session, shielded from the rollout's cancellation; a failed delete is logged, never
+    raised over the rollout's result (the session then expires on its time-to-live)."""
+    try:
+        await asyncio.shield(episode.close())
+    except Exception:  # noqa: BLE001 - logged; the result is already known
+        logging.getLogger("proctor.adapters").warning(
+            "could not delete proctor session %s", episode.session_id, exc_info=True
+        )
+
+
+def failure_text(exc: BaseException) -> str:
+    """A machinery failure raised by a session call (the service lost the session, could not be reached), for
+    logs and the trainer's metadata; never shown to the policy."""
+    return f"{type(exc).__name__}: {exc}"
+
+
+UNAVAILABLE = "unavailable"  # the status reported for a rollout whose session call raised (masked)
 
 
 def reward(score: Score | None) -> float | None:

@@ -23,7 +23,6 @@ its `AgentInstance`) runs every prompt as one Proctor session:
 
 from __future__ import annotations
 
-import asyncio
 import math
 import os
 from typing import Any
@@ -33,6 +32,8 @@ import torch
 from proctor.adapters._sessions import (
     BUILTIN_TEMPLATES,
     Episode,
+    close_quietly,
+    failure_text,
     open_episode,
     render_builtin,
     render_with_tokenizer,
@@ -142,11 +143,14 @@ class AgentInstance(AgentInstanceBase):
                     "extra_logs": {"proctor_turns": torch.tensor(float(len(self.history)))},
                 }
             score = episode.score or await episode.finish()
+            failure = None
+        except Exception as exc:  # noqa: BLE001 - machinery (session lost, service down): masked, not raised
+            score, failure = None, failure_text(exc)
         except BaseException:
             await _close(episode)
             raise
         await _close(episode)
-        trained = reward(score)
+        trained = None if failure is not None else reward(score)
         failed = trained is None
         return {
             "rewards": torch.tensor(self.failure_value if failed else trained),
@@ -156,18 +160,11 @@ class AgentInstance(AgentInstanceBase):
             "sampling_params": state_dict.get("sampling_params"),
             "extra_logs": {
                 "proctor_failed": torch.tensor(1.0 if failed else 0.0),
-                "proctor_status_ok": torch.tensor(1.0 if status_of(score) == "ok" else 0.0),
+                "proctor_status_ok": torch.tensor(1.0 if not failed and status_of(score) == "ok" else 0.0),
             },
         }
 
 
 async def _close(episode: Episode) -> None:
     # the reward is already known; a failed delete must not lose it (the session then expires on its TTL)
-    try:
-        await asyncio.shield(episode.close())
-    except Exception:  # noqa: BLE001 - logged, never raised over the result
-        import logging
-
-        logging.getLogger("proctor.adapters.openrlhf_agent").warning(
-            "could not delete proctor session %s", episode.session_id, exc_info=True
-        )
+    await close_quietly(episode)

@@ -22,7 +22,6 @@ Checked against THUDM/slime at 3c9aa09 (`slime/rollout/sglang_rollout.py`: `gene
 
 from __future__ import annotations
 
-import asyncio
 import os
 import threading
 from typing import Any
@@ -31,6 +30,9 @@ import httpx
 
 from proctor.adapters._sessions import (
     BUILTIN_TEMPLATES,
+    UNAVAILABLE,
+    close_quietly,
+    failure_text,
     open_episode,
     render_builtin,
     render_with_tokenizer,
@@ -86,6 +88,8 @@ async def generate(args: Any, sample: Any, sampling_params: dict[str, Any]) -> A
     sample.response, sample.response_length = "", 0
     sample.loss_mask, sample.rollout_log_probs = [], []
     sample.status = _status(sample, "COMPLETED")
+    failure: str | None = None
+    score = None
     try:
         async with httpx.AsyncClient(timeout=None) as http:
             while True:
@@ -113,7 +117,11 @@ async def generate(args: Any, sample: Any, sampling_params: dict[str, Any]) -> A
                 if finish == "abort":
                     sample.status = _status(sample, "ABORTED")
                     return sample  # slime re-queues aborted samples; the session is closed below
-                outcome = await episode.step(output["text"])
+                try:
+                    outcome = await episode.step(output["text"])
+                except Exception as exc:  # noqa: BLE001 - machinery (session lost, service down): removed below
+                    failure = failure_text(exc)
+                    break
                 history.append({"role": "assistant", "content": output["text"]})
                 if outcome.done:
                     break
@@ -129,12 +137,19 @@ async def generate(args: Any, sample: Any, sampling_params: dict[str, Any]) -> A
                 sample.response_length += len(observed)
                 sample.loss_mask += [0] * len(observed)
                 sample.rollout_log_probs += [0.0] * len(observed)
-        score = episode.score or await episode.finish()
+        score = episode.score
+        if score is None and failure is None:
+            try:
+                score = await episode.finish()
+            except Exception as exc:  # noqa: BLE001 - machinery: removed below, not a crashed rollout
+                failure = failure_text(exc)
     finally:
-        await asyncio.shield(episode.close())
-    trained = session_reward(score)
-    sample.metadata["proctor_status"] = status_of(score)
-    sample.metadata["proctor_end_reason"] = episode.end_reason or score.reason or ""
+        await close_quietly(episode)
+    trained = None if failure is not None else session_reward(score)
+    sample.metadata["proctor_status"] = UNAVAILABLE if failure is not None else status_of(score)
+    sample.metadata["proctor_end_reason"] = (
+        failure or episode.end_reason or (score.reason if score is not None else None) or ""
+    )
     sample.metadata["proctor_session_id"] = episode.session_id
     sample.metadata["proctor_messages"] = [*episode.messages, *episode.transcript]
     if trained is None:

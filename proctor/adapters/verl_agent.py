@@ -43,8 +43,11 @@ from verl.tools.base_tool import BaseTool
 from verl.tools.schemas import OpenAIFunctionToolSchema, ToolResponse
 
 from proctor.adapters._sessions import (
+    UNAVAILABLE,
     Episode,
+    close_quietly,
     environment_tools,
+    failure_text,
     open_episode,
     render_prompt,
     render_with_tokenizer,
@@ -115,7 +118,7 @@ class ProctorAgentLoop(AgentLoopBase):
         try:
             return await self._rollout(episode, sampling_params)
         finally:
-            await episode.close()
+            await close_quietly(episode)
 
     async def _rollout(self, episode: Episode, sampling_params: dict[str, Any]) -> AgentLoopOutput:
         tokenizer = self.tokenizer
@@ -126,6 +129,7 @@ class ProctorAgentLoop(AgentLoopBase):
         response_mask: list[int] = []
         logprobs: list[float] = []
         turns = 0
+        failure: str | None = None
         request_id = uuid4().hex
         while len(response_ids) < self.response_length:
             output = await self.server_manager.generate(
@@ -138,7 +142,11 @@ class ProctorAgentLoop(AgentLoopBase):
             logprobs += (given + [0.0] * len(tokens))[: len(tokens)]
             turns += 1
             text, generated_end = _turn_text(tokenizer, tokens)
-            outcome = await episode.step(text)
+            try:
+                outcome = await episode.step(text)
+            except Exception as exc:  # noqa: BLE001 - machinery (the session was lost, the service is down)
+                failure = failure_text(exc)
+                break
             history.append({"role": "assistant", "content": text})
             if outcome.done:
                 break
@@ -151,10 +159,21 @@ class ProctorAgentLoop(AgentLoopBase):
             response_ids += observed[:room]
             response_mask += [0] * len(observed[:room])
             logprobs += [0.0] * len(observed[:room])
-        score = episode.score or await episode.finish()
-        trained = reward(score)
+        score = episode.score
+        if score is None and failure is None:
+            try:
+                score = await episode.finish()
+            except Exception as exc:  # noqa: BLE001 - machinery: masked below, not a failed training step
+                failure = failure_text(exc)
+        trained = None if failure is not None else reward(score)
+        status = UNAVAILABLE if failure is not None else status_of(score)
         if trained is None:
-            log.warning("proctor session %s ended %s; rollout masked", episode.session_id, status_of(score))
+            log.warning(
+                "proctor session %s ended %s%s; rollout masked",
+                episode.session_id,
+                status,
+                f" ({failure})" if failure else "",
+            )
             response_mask = [0] * len(response_mask)
         output = AgentLoopOutput(
             prompt_ids=prompt_ids,
@@ -166,8 +185,11 @@ class ProctorAgentLoop(AgentLoopBase):
             metrics={},
             extra_fields={
                 "proctor_failed": 0 if trained is not None else 1,
-                "proctor_status": status_of(score),
-                "proctor_end_reason": episode.end_reason or (score.reason or ""),
+                "proctor_status": status,
+                "proctor_end_reason": failure
+                or episode.end_reason
+                or (score.reason if score else None)
+                or "",
                 "proctor_session_id": episode.session_id,
                 "proctor_messages": [*episode.messages, *episode.transcript],
                 "turn_scores": [],
@@ -190,6 +212,7 @@ def _turn_text(tokenizer: Any, tokens: list[int]) -> tuple[str, str]:
 
 # -- 2. the BaseTool keyed on the rollout's request id --------------------------------------------------------
 
+TOOL_UNAVAILABLE = "The tool is unavailable."  # all the policy learns of a machinery failure
 _episodes: dict[str, Episode] = {}
 _episode_requests: dict[str, str] = {}  # rollout key -> verl's request id (for finish_request by request id)
 _episode_locks: dict[str, asyncio.Lock] = {}
@@ -262,6 +285,8 @@ class ProctorTool(BaseTool):
         if agent_data is None:
             raise ValueError("ProctorTool needs verl's agent_data (verl >= 0.6 passes it to execute)")
         episode = await self._episode(agent_data)
+        if episode.failure is not None:
+            return ToolResponse(text=TOOL_UNAVAILABLE), 0.0, {"proctor_status": UNAVAILABLE}
         if episode.done:
             return (
                 ToolResponse(text="The episode has ended."),
@@ -280,13 +305,18 @@ class ProctorTool(BaseTool):
                 }
             ],
         }
-        result = await episode.session.step(message)
-        episode.transcript.append(message)
-        observations = list(result.get("observations") or [])
-        episode.transcript.extend(observations)
-        if result.get("done"):
-            episode.end_reason = result.get("end_reason")
-            episode.score = await episode.finish()
+        try:
+            result = await episode.session.step(message)
+            episode.transcript.append(message)
+            observations = list(result.get("observations") or [])
+            episode.transcript.extend(observations)
+            if result.get("done"):
+                episode.end_reason = result.get("end_reason")
+                episode.score = await episode.finish()
+        except Exception as exc:  # noqa: BLE001 - machinery: verl would show its text (naming the session)
+            episode.failure = failure_text(exc)
+            log.warning("proctor session %s failed a step: %s", episode.session_id, episode.failure)
+            return ToolResponse(text=TOOL_UNAVAILABLE), 0.0, {"proctor_status": UNAVAILABLE}
         text = "\n".join(str(m.get("content") or "") for m in observations if m.get("role") == "tool")
         metrics = {"proctor_status": status_of(episode.score) if episode.done else "running"}
         return ToolResponse(text=text), 0.0, metrics
@@ -319,9 +349,15 @@ async def finish_request(rollout: Any, final_text: str | None = None) -> float |
     if episode is None:
         return None
     try:
-        return reward(await episode.finish(final_text))
+        if episode.failure is not None:
+            return None
+        try:
+            return reward(await episode.finish(final_text))
+        except Exception as exc:  # noqa: BLE001 - machinery: masked (None), not a crashed reward step
+            log.warning("proctor session %s failed to finish: %s", episode.session_id, failure_text(exc))
+            return None
     finally:
-        await asyncio.shield(episode.close())
+        await close_quietly(episode)
 
 
 # -- 3. verl's tool YAML from an environment's schemas ----------------------------------------------------------
@@ -431,11 +467,16 @@ class ProctorInteraction(BaseInteraction):
         episode = self._episodes[instance_id]
         last = next((m for m in reversed(messages) if m.get("role") == "assistant"), None)
         text = str((last or {}).get("content") or "")
-        outcome = await episode.step(text)
-        replies = [m for m in outcome.observations if m.get("role") == "user"]
-        extra = {"proctor_status": status_of(outcome.score), "end_reason": outcome.end_reason}
-        if outcome.done or not replies:
-            score = episode.score or await episode.finish()
+        try:
+            outcome = await episode.step(text)
+            replies = [m for m in outcome.observations if m.get("role") == "user"]
+            extra = {"proctor_status": status_of(outcome.score), "end_reason": outcome.end_reason}
+            score = (episode.score or await episode.finish()) if outcome.done or not replies else None
+        except Exception as exc:  # noqa: BLE001 - machinery: end the rollout masked, never show its text
+            episode.failure = failure_text(exc)
+            log.warning("proctor session %s failed: %s", episode.session_id, episode.failure)
+            return True, "", 0.0, {"proctor_failed": True, "proctor_status": UNAVAILABLE}
+        if score is not None:
             trained = reward(score)
             extra.update(proctor_failed=trained is None, proctor_status=status_of(score))
             return True, "", 0.0 if trained is None else trained, extra
@@ -444,16 +485,19 @@ class ProctorInteraction(BaseInteraction):
     async def calculate_score(self, instance_id: str | None = None, **kwargs: Any) -> float:  # pyright: ignore[reportIncompatibleMethodOverride]
         """The finished episode's reward (0.0 while it runs or when the machinery failed; see `failed`)."""
         episode = self._episodes.get(instance_id or "")
-        trained = reward(episode.score) if episode is not None else None
+        failed = episode is None or episode.failure is not None
+        trained = None if failed else reward(episode.score)
         return 0.0 if trained is None else trained
 
     def failed(self, instance_id: str) -> bool:
         """Whether the instance's episode ended in a machinery failure (mask it)."""
         episode = self._episodes.get(instance_id)
-        return episode is not None and episode.done and reward(episode.score) is None
+        if episode is None:
+            return False
+        return episode.failure is not None or (episode.done and reward(episode.score) is None)
 
     async def finalize_interaction(self, instance_id: str | None = None, **kwargs: Any) -> None:  # pyright: ignore[reportIncompatibleMethodOverride]
         """Close the instance's session."""
         episode = self._episodes.pop(instance_id or "", None)
         if episode is not None:
-            await episode.close()
+            await close_quietly(episode)
