@@ -534,3 +534,26 @@ def test_slime_failed_step_is_a_removed_sample(
     assert out.metadata["proctor_status"] != "ok"
     assert out.reward == 0.0
     assert opened[-1].closed
+
+
+def test_proctor_tool_parallel_calls_in_one_turn_each_run(server: str) -> None:
+    """verl runs a turn's tool calls concurrently (asyncio.gather, tool_agent_loop.py 317-321): each call runs
+    in the session and answers its own result (no step-number collision replays the first call's result)."""
+    tool = echo_tool(server)
+    proctor = {"environment": ECHO, "task": {"seed": 0, "index": 0}}
+    agent_data = SimpleNamespace(
+        request_id="r-par", tools_kwargs={"echo": {"create_kwargs": {"proctor": proctor}}}, extra_fields={}
+    )
+    texts = [f"call-{index}" for index in range(4)]
+
+    async def drive() -> tuple[list[str], list[dict[str, Any]]]:
+        shown = await asyncio.gather(*(verl_call_tool(tool, {"text": text}, agent_data) for text in texts))
+        [episode] = list(verl_agent._episodes.values())  # pyright: ignore[reportPrivateUsage]
+        record = list(episode.transcript)
+        await verl_agent.finish_request(agent_data, "w0-0")
+        return list(shown), record
+
+    shown, record = asyncio.run(drive())
+    assert shown == texts
+    assert sorted(m["content"] for m in record if m.get("role") == "tool") == texts
+    assert verl_agent.open_requests() == []

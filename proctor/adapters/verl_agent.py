@@ -285,6 +285,12 @@ class ProctorTool(BaseTool):
         if agent_data is None:
             raise ValueError("ProctorTool needs verl's agent_data (verl >= 0.6 passes it to execute)")
         episode = await self._episode(agent_data)
+        # verl runs a turn's calls concurrently (asyncio.gather); the session's steps are numbered, so they
+        # run one at a time (two steps numbered alike would collide: 409, or one replaying the other's result)
+        async with _lock_for(rollout_key(agent_data)):
+            return await self._step(episode, parameters)
+
+    async def _step(self, episode: Episode, parameters: dict[str, Any]) -> tuple[ToolResponse, float, dict]:
         if episode.failure is not None:
             return ToolResponse(text=TOOL_UNAVAILABLE), 0.0, {"proctor_status": UNAVAILABLE}
         if episode.done:
