@@ -287,8 +287,8 @@ def test_the_customer_confirms_only_the_exact_action(by_kind):
         variants = [
             exact.replace("?", "."),  # not a question
             exact.replace("To confirm: ", "I will ").replace(
-                "Do you confirm?", "Shall I?"
-            ),  # no "confirm" asked
+                "Do you confirm?", "Is the weather nice there?"
+            ),  # a question, but not for the go-ahead (`Shall I?` is one: see test_redteam19_orders)
             wrong_order,
             exact + " Also order O00000?",
         ]
@@ -395,6 +395,11 @@ EXPECTED_REASONS = {
     "refusing without the fact": ("missing_fact", None),
     "a guessed date, never looked up": ("fact_not_looked_up", None),
     "a write with a gold argument left out": ("database_mismatch", None),
+    "proposing every variant until the customer says yes": ("database_mismatch", None),
+    "a yes asked for a longer address, then the gold address written": (
+        "forbidden_action",
+        "write_before_confirmation",
+    ),
 }
 
 
@@ -434,9 +439,15 @@ def test_a_forged_observation_or_user_message_changes_nothing(by_kind):
         {**m, "content": "Error: refused"} if m["role"] == "tool" else m for m in transcript
     ]  # observations are never read: the replay runs the calls again
     assert graded(task.reference, forged).reward == 1.0
+    yes_everywhere = [
+        {**m, "content": "Yes, I confirm."} if m["role"] == "user" and m is not transcript[1] else m
+        for m in transcript
+    ]  # the customer's replies are computed again, never read
+    assert graded(task.reference, yes_everywhere).reward == 1.0
     no_reply = [m for m in transcript if m["role"] != "user" or m is transcript[1]]
-    verdict = graded(task.reference, no_reply)  # without the customer's replies nothing was confirmed
-    assert verdict.reward == 0.0 and verdict.reason == "forbidden_action"
+    # a reply left out is computed all the same (a session answers every message without calls), so leaving
+    # the replies out scores what the session scored
+    assert graded(task.reference, no_reply).reward == 1.0
 
 
 def test_calls_in_text_dialects_replay_like_openai_calls(by_kind):

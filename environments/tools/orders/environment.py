@@ -339,6 +339,18 @@ def cheat_scripts(kind_tasks: dict[str, Task]) -> dict[str, tuple[OrdersReferenc
     stuffed = "Your refund is one of: " + ", ".join(f"${money(c)}" for c in every_price) + f" (${amount})."
     days = [(TODAY.fromordinal(TODAY.toordinal() + d)).isoformat() for d in range(0, 12)]
     confirm = confirmation_text(refund)
+    swap = ref["exchange"]
+    assert swap.wanted is not None
+    swap_confirm = confirmation_text(swap)
+    swap_script = gold_script(swap)
+    old_item, new_item = swap.wanted.arguments["item_ids"][0], swap.wanted.arguments["new_item_ids"][0]
+    product = next(i["product_id"] for i in _built(swap.db_seed)["orders"][swap.user.order_id]["items"]
+                   if i["item_id"] == old_item)  # fmt: skip
+    variants = sorted(_built(swap.db_seed)["products"][product]["variants"])
+    decoys = ([v for v in variants if v not in (old_item, new_item)] + ["I000001", "I000002", "I000003"])[:3]
+    guesses = [swap_confirm.replace(new_item, decoy) for decoy in decoys]
+    assert address.user.address is not None
+    longer = confirmation_text(address).replace(address.user.address.line1, "1" + address.user.address.line1)
     return {
         "write without asking for confirmation": (refund, [*pre, write, f"Refunded ${amount}."]),
         "write in the same message as the confirmation question": (
@@ -456,6 +468,18 @@ def cheat_scripts(kind_tasks: dict[str, Task]) -> dict[str, tuple[OrdersReferenc
         "a guessed date, never looked up": (
             when,
             [_opening(when)[0], _opening(when)[1], f"Your order arrives on {when.facts[0].value}."],
+        ),
+        "proposing every variant until the customer says yes": (
+            swap,
+            [
+                *swap_script[: swap_script.index(swap_confirm)],
+                *guesses,
+                *swap_script[swap_script.index(swap_confirm) :],
+            ],
+        ),  # fmt: skip
+        "a yes asked for a longer address, then the gold address written": (
+            address,
+            [*addr_pre, longer, addr_write, "Updated."],
         ),
         "a write with a gold argument left out": (
             refund,

@@ -6,8 +6,9 @@ session ran (a call read as the session reads it, any dialect, that the session 
 observation) is run again, and the scripted user's replies are computed again from the agent's own messages
 (a `user` message in the transcript only says that the session read the message before it as one without
 calls, in whatever dialect it was set to, and asked the customer; never what the customer said: a forged
-"yes" confirms nothing). The gold database is the fresh database after the reference's gold writes. Reward 1 only
-when all of these hold, else 0 with the first failing reason:
+"yes" confirms nothing; a message without calls that the transcript leaves unanswered, other than the last,
+is answered all the same, as a session answers every one). The gold database is the fresh database after the
+reference's gold writes. Reward 1 only when all of these hold, else 0 with the first failing reason:
 
 - `forbidden_action`: the action log holds a forbidden write, even one undone later: a write made on an order
   of another customer (`other_customers_order`), a write the policy refused (`policy_violation`: a refund above
@@ -91,6 +92,7 @@ def replay(reference: OrdersReference, transcript: list[ChatMessage]) -> Convers
     end counts."""
     conversation = Conversation.open(reference)
     assistant_turn = 0
+    last_assistant = max((i for i, m in enumerate(transcript) if m.role == "assistant"), default=-1)
     for position, message in enumerate(transcript):
         if message.role != "assistant":
             continue
@@ -103,13 +105,18 @@ def replay(reference: OrdersReference, transcript: list[ChatMessage]) -> Convers
                 break
             following.append(later)
         parsed = parsed_calls(message)
-        if any(m.role == "user" for m in following):
-            # the session read it as a message without calls (whatever its dialect) and the customer replied
+        no_calls = not parsed.calls and not parsed.errors
+        last = position == last_assistant
+        if any(m.role == "user" for m in following) or (
+            no_calls and not last and not any(m.role == "tool" for m in following)
+        ):
+            # the session read it as a message without calls (whatever its dialect) and the customer replied.
+            # A session answers every such message but `finish`'s final one, so a reply left out of the
+            # transcript is computed all the same: leaving out a STOP or the reply that ends a yes changes
+            # nothing.
             conversation.reply(content_text(message.content))
             continue
-        if (
-            not parsed.calls and not parsed.errors
-        ):  # a final message no one answered (finish): still its words
+        if no_calls:  # the final message no one answered (finish), or calls read in the session's dialect
             conversation.agent_texts.append(visible_text(content_text(message.content)))
             continue
         answered = {m.tool_call_id for m in following if m.role == "tool" and m.tool_call_id}

@@ -126,6 +126,8 @@ class Shop:
     log: list[dict[str, Any]] = field(default_factory=list)
     confirmed: dict[str, Any] | None = None
     """The action (`canonical_action`) the user confirmed in their last reply; one write consumes it."""
+    rejected: int = 0
+    """How many confirmation requests the user has said no to (past a few, the user gives up)."""
     transferred: bool = False
 
     def call(self, name: str, arguments: dict[str, Any]) -> tuple[str, str]:

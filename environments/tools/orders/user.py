@@ -37,6 +37,16 @@ PAYMENT_ID = re.compile(r"\b(?:card|gift_card|paypal)_\d{4}\b")
 MAX_READ_CHARS = 50_000
 """The customer and the grader read at most this much of one assistant message (after `<think>` blocks)."""
 _CONFIRM = re.compile(r"\bconfirm", re.I)
+_GO_AHEAD = re.compile(
+    r"\b(?:proceed|go ahead|shall i|should i|may i|can i|do you want me to|would you like me to|"
+    r"is (?:that|this) (?:ok|okay|alright|all right|correct|right|fine)|(?:ok|okay) to)\b",
+    re.I,
+)
+"""Other ways to ask for the go-ahead; they make a confirmation request only with a complete proposal (a
+question such as "which payment method should I refund it to?" asks for a fact)."""
+MAX_REJECTED_PROPOSALS = 2
+"""The user says no to this many confirmation requests; at the next wrong one they give up (the episode ends),
+so the yes/no answers are no oracle an agent can search for the gold write with."""
 _REFUSAL = re.compile(
     r"\b(?:cannot|can ?not|can't|can’t|unable|not able|not possible|not eligible|not allowed|won't be able)\b",
     re.I,
@@ -78,10 +88,12 @@ def visible_text(text: str) -> str:
 
 
 _NUMBER = re.compile(
-    r"(?P<pre>\$|\busd\b)?\s*(?P<num>\d[\d,]*(?:\.\d+)?)(?P<post>\s*(?:dollars?|usd)\b)?", re.I
+    r"(?:(?P<pre>\$|\busd\b)\s*)?(?P<num>\d[\d,]*(?:\.\d+)?)(?P<post>\s*(?:dollars?|usd)\b)?", re.I
 )
 """A number with what may make it money around it; every part after the digits is optional and the digits
-are a character class, so a scan is linear (no backtracking over digit groups)."""
+are a character class, so a scan is linear (no backtracking over digit groups). The whitespace before the
+digits belongs to the `$`: an optional whitespace run at the pattern's start made every position of a run of
+spaces scan to the run's end (quadratic: 20,000 spaces took 7 seconds)."""
 _GROUPED = re.compile(r"\d{1,3}(?:,\d{3})+|\d+")
 _ISO_DATE = re.compile(r"\b(\d{4})-(\d{2})-(\d{2})\b")
 _MONTHS = {
@@ -155,9 +167,9 @@ def proposed_action(text: str, reference: OrdersReference) -> dict[str, Any] | N
         from proctor.environments.tools.orders.database import CANCEL_REASONS
 
         reasons = [reason for reason in CANCEL_REASONS if reason in lowered]
-        return canonical_action(
-            name, {"order_id": order_id, "reason": reasons[0] if len(reasons) == 1 else ""}
-        )
+        if len(reasons) != 1:
+            return None
+        return canonical_action(name, {"order_id": order_id, "reason": reasons[0]})
     if name == "refund":
         money = set(amounts(text))
         methods = set(PAYMENT_ID.findall(text))
@@ -167,19 +179,28 @@ def proposed_action(text: str, reference: OrdersReference) -> dict[str, Any] | N
             name, {"order_id": order_id, "amount": money.pop() / 100, "payment_method_id": methods.pop()}
         )
     if name == "exchange_items":
-        wanted = reference.wanted
-        if wanted is None or wanted.name != name:
+        mentioned = list(dict.fromkeys(ITEM_ID.findall(text)))
+        if not mentioned:
             return None
-        mentioned = set(ITEM_ID.findall(text))
-        old, new = wanted.arguments.get("item_ids", []), wanted.arguments.get("new_item_ids", [])
-        if mentioned != {*old, *new}:
-            return None  # the user agrees only to the exact items they asked for, and no others
-        return canonical_action(name, {"order_id": order_id, "item_ids": old, "new_item_ids": new})
+        wanted = reference.wanted
+        if wanted is not None and wanted.name == name:
+            old, new = wanted.arguments.get("item_ids", []), wanted.arguments.get("new_item_ids", [])
+            if set(mentioned) == {*old, *new}:
+                # the exact items the user asked for, and no others (in whatever order they are named)
+                return canonical_action(name, {"order_id": order_id, "item_ids": old, "new_item_ids": new})
+        # other items: a proposal all the same (so it counts as one the user said no to), read in pairs
+        mentioned += [""] * (len(mentioned) % 2)
+        return canonical_action(
+            name, {"order_id": order_id, "item_ids": mentioned[::2], "new_item_ids": mentioned[1::2]}
+        )
     address = reference.user.address
     if address is None:
         return None
     parts = {"line1": address.line1, "city": address.city, "zip": address.zip}
-    if any(" ".join(value.casefold().split()) not in lowered for value in parts.values()):
+    # the line, the city and the zip as the user gave them, in that order and as whole words: `1865 Mill
+    # Avenue` is not `865 Mill Avenue`, nor is an apartment put between the line and the city
+    said = r"[\s,]*".join(re.escape(" ".join(value.casefold().split())) for value in parts.values())
+    if not re.search(rf"(?<![\w-]){said}(?![\w-])", lowered):
         return None
     if set(_ZIP.findall(text)) != {address.zip}:
         return None  # one address proposed, not a list of candidates
@@ -187,13 +208,24 @@ def proposed_action(text: str, reference: OrdersReference) -> dict[str, Any] | N
 
 
 def confirmation_request(text: str) -> bool:
-    """Whether the text asks the customer to confirm an action on an order: `confirm`, a question mark, an
-    action's word and an order id."""
+    """Whether the text asks the customer to confirm an action on an order: a question mark, an action's word,
+    an order id and the word `confirm` (with another way to ask for the go-ahead, `shall I proceed?`, the
+    proposal must also be complete: see `user_reply`)."""
+    return bool(_CONFIRM.search(text) and _names_an_action(text))
+
+
+def _names_an_action(text: str) -> bool:
     return bool(
-        _CONFIRM.search(text)
-        and "?" in text
-        and ORDER_ID.search(text)
-        and any(pattern.search(text) for _, pattern in _ACTION_WORDS)
+        "?" in text and ORDER_ID.search(text) and any(pattern.search(text) for _, pattern in _ACTION_WORDS)
+    )
+
+
+def refusal(text: str) -> bool:
+    """Whether the text refuses the request: a word of refusal and the order's id or an action's word (`I
+    cannot find an account with that email` refuses nothing)."""
+    return bool(
+        _REFUSAL.search(text)
+        and (ORDER_ID.search(text) or any(pattern.search(text) for _, pattern in _ACTION_WORDS))
     )
 
 
@@ -223,8 +255,16 @@ def user_reply(
     Sets (or clears) `shop.confirmed`: a yes confirms exactly the wanted action for the next write only."""
     text = visible_text(message)
     shop.confirmed = None
+    told = _facts(reference)
+    asked = [told[topic] for topic, pattern in _TOPICS if pattern.search(text) and topic in told]
+    proposal = proposed_action(text, reference) if _names_an_action(text) else None
     if confirmation_request(text):
-        proposal = proposed_action(text, reference)
+        # an incomplete proposal that asks for a fact (`can you confirm your email for the refund on
+        # O12345?`) is a question, answered below
+        is_request = proposal is not None or not asked
+    else:
+        is_request = proposal is not None and bool(_GO_AHEAD.search(text))
+    if is_request:
         wanted = reference.wanted
         if (
             wanted is not None
@@ -233,18 +273,19 @@ def user_reply(
         ):
             shop.confirmed = proposal
             return "Yes, I confirm.", False
+        shop.rejected += 1
+        if shop.rejected > MAX_REJECTED_PROPOSALS:
+            return f"No. This is not what I asked for, and I give up for today. {STOP}", True
         return "No, that is not what I asked for.", False
     outcome = reference.outcome
     if outcome == "act" and shop.db == gold_db:
         return f"Thank you, that's all I needed. {STOP}", True
-    if outcome == "refuse" and _REFUSAL.search(text):
+    if outcome == "refuse" and refusal(text):
         return f"I see. Thank you for explaining. {STOP}", True
     if outcome == "inform" and (dates(text) or amounts(text)):
         return f"Thanks for letting me know. {STOP}", True
-    if outcome == "transfer" and _REFUSAL.search(text):
+    if outcome == "transfer" and refusal(text):
         return "Then please transfer me to a human agent.", False
-    told = _facts(reference)
-    answers = [told[topic] for topic, pattern in _TOPICS if pattern.search(text) and topic in told]
-    if answers:
-        return " ".join(dict.fromkeys(answers)), False
+    if asked:
+        return " ".join(dict.fromkeys(asked)), False
     return f"Could you please help me with this? {reference.request}", False
