@@ -176,7 +176,12 @@ def cmd_rescore(args: argparse.Namespace) -> int:
         address=args.address,
     )
     try:
-        summary = rescore(config)
+        if config.engine == "ray":  # Ray is an optional extra, imported only when asked for
+            from proctor.rescore_ray import ray_scorer
+
+            summary = rescore(config, ray_scorer)
+        else:
+            summary = rescore(config)
     except RescoreError as exc:
         raise CliError(str(exc), exc.code) from None
     except KeyboardInterrupt:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import sys
 from collections import Counter, deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from itertools import islice
@@ -505,17 +505,15 @@ ENGINES = ("local", "ray")
 
 
 def make_scorer(config: RescoreConfig) -> Scorer:
-    """The in-process engine, a client of the service at --server, or Ray tasks on a cluster."""
+    """The local engine's scorer: the in-process engine, or a client of the service at --server.
+
+    `--engine ray`'s scorer comes from `proctor.rescore_ray.ray_scorer` (which imports this module, not the
+    other way round), handed to `rescore` by its caller (the CLI).
+    """
     if config.engine not in ENGINES:
         raise RescoreError(f"unknown engine {config.engine!r}; engines: {', '.join(ENGINES)}", 2)
     if config.engine == "ray":
-        if config.server:
-            raise RescoreError(
-                "--server and --engine ray exclude each other: the Ray tasks score in-process", 2
-            )
-        from proctor.rescore_ray import RayScorer  # Ray is an optional extra, imported only when asked for
-
-        return RayScorer(config.address, config.workers)
+        raise RescoreError("--engine ray scores through proctor.rescore_ray.ray_scorer(config)", 2)
     if config.address is not None:
         raise RescoreError("--address is the Ray cluster of --engine ray", 2)
     if config.server:
@@ -523,8 +521,12 @@ def make_scorer(config: RescoreConfig) -> Scorer:
     return EngineScorer(config.workers)
 
 
-def rescore(config: RescoreConfig) -> Summary:
-    """Run the job; raises RescoreError for failures of the run itself (never for a row's own status)."""
+def rescore(config: RescoreConfig, make: Callable[[RescoreConfig], Scorer] = make_scorer) -> Summary:
+    """Run the job; raises RescoreError for failures of the run itself (never for a row's own status).
+
+    `make` builds the scorer once the input and flags are known to be good: `make_scorer` (the local engine),
+    or `proctor.rescore_ray.ray_scorer` for `--engine ray`.
+    """
     if config.batch_size < 1:
         raise RescoreError("--batch-size must be at least 1", 2)
     if any(k < 1 for k in config.ks):
@@ -535,7 +537,7 @@ def rescore(config: RescoreConfig) -> Summary:
     except io.DataError as exc:
         raise RescoreError(str(exc), 1) from None
     summary = Summary(group_field=config.group_field, compare_field=config.compare_field, ks=config.ks)
-    scorer = make_scorer(config)
+    scorer = make(config)
     try:
         scorer.check(config.verifier)
         if config.force:  # only now that input, flags and verifier are known to be good

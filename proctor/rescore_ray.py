@@ -23,7 +23,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from proctor.contract import ItemError, Score
-from proctor.rescore import RescoreError
+from proctor.rescore import RescoreConfig, RescoreError
 
 INSTALL_HINT = "pip install 'proctor[ray]'"
 # How long the start-up probe task may wait for a worker: a cluster with no free CPU (or a worker that
@@ -165,6 +165,14 @@ def _auth_hint(log: str) -> str:
             "RAY_AUTH_TOKEN or ~/.ray/auth_token)"
         )
     return ""
+
+
+def ray_scorer(config: RescoreConfig) -> RayScorer:
+    """The scorer of `proctor rescore --engine ray`: Ray tasks on the cluster at --address (a local one when
+    omitted); RescoreError for flags that contradict it."""
+    if config.server:
+        raise RescoreError("--server and --engine ray exclude each other: the Ray tasks score in-process", 2)
+    return RayScorer(config.address, config.workers)
 
 
 class RayScorer:
