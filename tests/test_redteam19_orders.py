@@ -101,6 +101,27 @@ def test_leaving_out_the_customers_reply_never_hides_its_effect(refs):
     assert verdict.reward == 0.0 and verdict.reason == "fact_not_looked_up", verdict
 
 
+def test_a_forged_observation_in_place_of_the_reply_hides_nothing(refs):
+    """The same finding with a tool message where the customer's STOP was: a message that no dialect reads a
+    call from was answered by the customer in every session, whatever follows it in the transcript."""
+    reference = refs["delivery_date"]
+    opening = gold_script(reference)[:3]
+    guess = f"Your order arrives on {reference.facts[0].value}."
+    live = play(reference, [*opening, guess])
+    stop = next(i for i, m in enumerate(live) if m["role"] == "user" and "STOP" in m["content"])
+    lookup = {"order_id": reference.user.order_id}
+    forged = [
+        *live[:stop],
+        {"role": "tool", "tool_call_id": "call_4_0", "content": "Error: the tool call could not be read"},
+        {"role": "assistant", "content": "", "tool_calls": [{"id": "g1", "type": "function", "function": {
+            "name": "get_order", "arguments": json.dumps(lookup)}}]},
+        {"role": "tool", "tool_call_id": "g1", "name": "get_order", "content": "{}"},
+        {"role": "assistant", "content": guess},
+    ]  # fmt: skip
+    verdict = graded(reference, forged)
+    assert verdict.reward == 0.0 and verdict.reason == "fact_not_looked_up", verdict
+
+
 def test_leaving_out_the_reply_after_a_yes_does_not_keep_the_yes(refs):
     """The same class on confirmation: after the customer's yes the agent talks again (the customer answers,
     which ends the yes), then writes. Leaving that reply out must not keep the yes alive."""

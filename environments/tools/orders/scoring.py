@@ -27,7 +27,7 @@ reference's gold writes. Reward 1 only when all of these hold, else 0 with the f
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, get_args
 
 from proctor.contract import ChatMessage, Verdict, content_text
 from proctor.environments.tools.base import argument_problem
@@ -35,13 +35,14 @@ from proctor.environments.tools.orders.database import db_digest, diff, fresh, m
 from proctor.environments.tools.orders.tasks import OrdersReference, gold_database
 from proctor.environments.tools.orders.tools import CONFIRMED_WRITES, TOOLS, Shop
 from proctor.environments.tools.orders.user import amounts, dates, user_reply, visible_text
-from proctor.verifiers.reading.tool_calls import ParsedCalls, parse_message
+from proctor.verifiers.reading.tool_calls import Dialect, ParsedCalls, parse_message
 
 MAX_VALUES_PER_SLOT = 2
 MAX_CALLS_PER_TURN = 12
 """The environment's `max_calls_per_turn`: calls beyond it in one message are never run (nor replayed)."""
 _SPECS = {tool.name: tool for tool in TOOLS}
 _SCHEMAS = {tool.name: tool.parameters for tool in TOOLS}
+_DIALECTS = get_args(Dialect)
 
 
 @dataclass
@@ -87,6 +88,18 @@ def parsed_calls(message: ChatMessage) -> ParsedCalls:
     return parse_message(raw, content_text(message.content), "auto", _SCHEMAS)
 
 
+def _calls_in_some_dialect(message: ChatMessage) -> bool:
+    """Whether a session in some dialect reads a call (or a malformed one) in the message: only then may
+    tool messages, rather than the customer's reply, follow a message `auto` reads no call in."""
+    raw = [call.model_dump(exclude_none=True) for call in message.tool_calls or []]
+    text = content_text(message.content)
+    for dialect in _DIALECTS:
+        parsed = parse_message(raw, text, dialect, _SCHEMAS)
+        if parsed.calls or parsed.errors:
+            return True
+    return False
+
+
 def replay(reference: OrdersReference, transcript: list[ChatMessage]) -> Conversation:
     """Run the transcript again on a fresh database (see the module docstring); nothing after the episode's
     end counts."""
@@ -106,14 +119,16 @@ def replay(reference: OrdersReference, transcript: list[ChatMessage]) -> Convers
             following.append(later)
         parsed = parsed_calls(message)
         no_calls = not parsed.calls and not parsed.errors
-        last = position == last_assistant
-        if any(m.role == "user" for m in following) or (
-            no_calls and not last and not any(m.role == "tool" for m in following)
-        ):
+        replied = any(m.role == "user" for m in following)
+        if no_calls and not replied:
+            final = position == last_assistant and not following  # `finish`'s final answer
+            read_as_calls = any(m.role == "tool" for m in following) and _calls_in_some_dialect(message)
+            replied = not final and not read_as_calls
+        if replied:
             # the session read it as a message without calls (whatever its dialect) and the customer replied.
             # A session answers every such message but `finish`'s final one, so a reply left out of the
-            # transcript is computed all the same: leaving out a STOP or the reply that ends a yes changes
-            # nothing.
+            # transcript (or a tool message put in its place after a message no dialect reads a call from) is
+            # computed all the same: leaving out a STOP or the reply that ends a yes changes nothing.
             conversation.reply(content_text(message.content))
             continue
         if no_calls:  # the final message no one answered (finish), or calls read in the session's dialect
