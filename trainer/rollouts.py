@@ -28,7 +28,7 @@ import torch
 from proctor.trainer.config import ConfigError, TrainConfig
 
 if TYPE_CHECKING:
-    from proctor.trainer.grpo import Prompt, Sample
+    from proctor.trainer.generation import Prompt, Sample
 
 log = logging.getLogger(__name__)
 
@@ -137,7 +137,7 @@ def generate_turn(
     model: Any, tokenizer: Any, contexts: list[list[int]], config: TrainConfig
 ) -> list[list[int]]:
     """One sampled assistant turn per context (up to and including the end-of-sequence token)."""
-    from proctor.trainer.grpo import left_pad, plain_generation_config, stop_token_ids
+    from proctor.trainer.generation import left_pad, plain_generation_config, stop_token_ids
 
     device = next(model.parameters()).device
     ids, mask = left_pad(contexts, tokenizer.pad_token_id)
@@ -171,7 +171,7 @@ def run_episodes(
     encode: Callable[[list[dict[str, Any]]], list[int]],
 ) -> list[Episode]:
     """Roll out `group_size` episodes per prompt (grouped: prompt 0's first) through tool sessions."""
-    from proctor.trainer.grpo import stop_token_ids
+    from proctor.trainer.generation import stop_token_ids
 
     stops = set(stop_token_ids(model, tokenizer))
     episodes = [
@@ -268,7 +268,7 @@ def _close(episode: Episode) -> None:
 
 def to_samples(episodes: list[Episode], tokenizer: Any) -> list[Sample]:
     """The episodes as the trainer's samples: observation tokens in the completion, with loss mask 0."""
-    from proctor.trainer.grpo import Sample
+    from proctor.trainer.generation import Sample
 
     samples = []
     for episode in episodes:
