@@ -117,6 +117,7 @@ class DemoLookup(ToolEnvironment):
 
     name = NAME
     version = VERSION
+    rebuildable_state = True  # the state is the task's hidden value
     description = (
         "Toy tool task for the reference trainer: answer with a hidden seeded number (1, 2 or 4 digits) that "
         "only the tool lookup() reveals; an answer without a lookup scores 0."
