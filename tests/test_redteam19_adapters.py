@@ -557,3 +557,41 @@ def test_proctor_tool_parallel_calls_in_one_turn_each_run(server: str) -> None:
     assert shown == texts
     assert sorted(m["content"] for m in record if m.get("role") == "tool") == texts
     assert verl_agent.open_requests() == []
+
+
+def test_proctor_tool_session_of_an_abandoned_rollout_is_released(server: str) -> None:
+    """A rollout verl drops without finish_request (the user's reward never called it, the rollout raised):
+    when verl's AgentData is collected, the adapter's entry goes too and the session is deleted, rather than
+    held by a module-level dict for the life of the worker."""
+    import gc
+
+    from verl.experimental.agent_loop.tool_agent_loop import AgentData
+
+    tool = echo_tool(server)
+    proctor = {"environment": ECHO, "task": {"seed": 0, "index": 0}}
+
+    async def drive() -> str:
+        agent_data = AgentData(
+            messages=[],
+            image_data=[],
+            video_data=[],
+            audio_data=None,
+            mm_processor_kwargs=None,
+            metrics={},
+            request_id="r-abandoned",
+            tools_kwargs={"echo": {"create_kwargs": {"proctor": proctor}}},
+        )
+        assert await verl_call_tool(tool, {"text": "w0-0"}, agent_data) == "w0-0"
+        [episode] = list(verl_agent._episodes.values())  # pyright: ignore[reportPrivateUsage]
+        session_id = episode.session_id
+        del agent_data, episode
+        gc.collect()
+        await asyncio.sleep(0)  # the release runs on the rollout's loop, not inside the collector
+        assert verl_agent.open_requests() == []
+        for _ in range(100):  # the delete runs as a task on this loop
+            await asyncio.sleep(0.02)
+            if h.session_gone(server, session_id):
+                break
+        return session_id
+
+    assert h.session_gone(server, asyncio.run(drive()))

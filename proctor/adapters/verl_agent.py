@@ -29,10 +29,12 @@ wheel).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import os
 import threading
+import weakref
 from collections.abc import Mapping, Sequence
 from typing import Any
 from uuid import uuid4
@@ -237,6 +239,35 @@ def rollout_key(agent_data: Any) -> str:
     return key
 
 
+def _release_with(agent_data: Any, key: str) -> None:
+    # verl has no end-of-rollout hook for tools: when the rollout's AgentData is collected without
+    # finish_request, its entry is dropped and the session deleted (else the dict grows for the worker's life)
+    with contextlib.suppress(TypeError):  # no weak references: finish_request or the session's TTL frees it
+        weakref.finalize(agent_data, _abandon, key, asyncio.get_running_loop())
+
+
+def _abandon(key: str, loop: asyncio.AbstractEventLoop) -> None:
+    # runs inside the garbage collector, on any thread, perhaps while this thread holds _registry_lock: only
+    # hand the work to the rollout's event loop
+    with contextlib.suppress(RuntimeError):  # the loop is closed: the session expires on its time-to-live
+        loop.call_soon_threadsafe(_drop, key)
+
+
+def _drop(key: str) -> None:
+    with _registry_lock:
+        episode = _episodes.pop(key, None)
+        _episode_requests.pop(key, None)
+        _episode_locks.pop(key, None)
+    if episode is not None and not episode.closed:
+        log.warning("proctor session %s abandoned without finish_request; deleted", episode.session_id)
+        task = asyncio.get_running_loop().create_task(close_quietly(episode))
+        _closing.add(task)  # the loop keeps only a weak reference to a task
+        task.add_done_callback(_closing.discard)
+
+
+_closing: set[asyncio.Task[None]] = set()
+
+
 def _lock_for(key: str) -> asyncio.Lock:
     with _registry_lock:
         lock = _episode_locks.get(key)
@@ -275,6 +306,7 @@ class ProctorTool(BaseTool):
                 with _registry_lock:
                     _episodes[key] = episode
                     _episode_requests[key] = str(getattr(agent_data, "request_id", key))
+                _release_with(agent_data, key)
             return episode
 
     async def execute(
