@@ -259,6 +259,26 @@ def test_the_confirmation_answer_is_not_an_oracle_for_the_gold_write(refs):
     assert graded(reference, play(reference, [*script[:at], *wrong[:2], *script[at:]])).reward == 1.0
 
 
+def test_after_the_wanted_write_no_second_yes(refs):
+    """Once the wanted write is done (the database is the gold one), the customer is satisfied: a closing
+    question that repeats the action's details, or a request to confirm the same write again, ends the
+    conversation instead of getting a yes that a second write could use."""
+    reference = refs["refund"]
+    script = gold_script(reference)
+    confirm = confirmation_text(reference)
+    done = script[: script.index(confirm) + 2]
+    amount = reference.facts[0].value
+    closing = (
+        f"The refund of ${amount} on order {reference.user.order_id} to {reference.user.payment_method_id} is "
+        "done. Can I help you with anything else?"
+    )
+    for text in (closing, confirm):
+        transcript = play(reference, [*done, text, script[script.index(confirm) + 1], closing])
+        replies = [m["content"] for m in transcript if m["role"] == "user"]
+        assert "STOP" in replies[-1] and not replies[-1].startswith("Yes"), replies
+        assert graded(reference, transcript).reward == 1.0  # the second write was never run
+
+
 # -- refusals -----------------------------------------------------------------------------------------------------
 
 

@@ -3,17 +3,21 @@
 The user reads each assistant message without a tool call (its text after any `<think>` block) and answers,
 in this order of precedence:
 
-1. A confirmation request (the word `confirm`, a question mark, an action's word and an order id; "can you
-   confirm your email?" is a question for a fact, step 3): the user reads the proposed action from the text
-   (the action's word: cancel / exchange / address / refund, in that precedence; the order ids; for a refund
-   the dollar amounts and the payment method ids; for an exchange the item ids; for an address its line, city
-   and zip, and no other zip code; for a cancellation the reason) and says `yes` only when it is exactly the
-   write they want (`reference.wanted`), down to every detail. That yes lets the next write call, and only the next one,
-   count as confirmed when it is exactly that action (`Shop.confirmed`). Anything else is a `no`.
-2. The end: for an `act` task once the session's database equals the gold database, for a `refuse` task once
-   the agent says it cannot, for an `inform` task once the agent states a date or an amount, the user thanks
-   the agent and ends with STOP (the session ends: `env_terminal`). For a `transfer` task a refusal makes the
-   user ask for a human.
+1. A confirmation request (a question mark, an action's word, an order id and the word `confirm`, or another
+   way to ask for the go-ahead, `shall I proceed?`, with a complete proposal; "can you confirm your email?",
+   or an incomplete proposal that asks for a fact, is a question for a fact, step 3): the user reads the
+   proposed action from the text (the action's word: cancel / exchange / address / refund, in that
+   precedence; the order ids; for a refund the dollar amounts and the payment method ids; for an exchange the
+   item ids; for an address its line, city and zip as whole words in that order, and no other zip code; for a
+   cancellation the reason) and says `yes` only when it is exactly the write they want (`reference.wanted`),
+   down to every detail. That yes lets the next write call, and only the next one, count as confirmed when it
+   is exactly that action (`Shop.confirmed`). Anything else is a `no`; past MAX_REJECTED_PROPOSALS noes the
+   user gives up (STOP), so the answers are no oracle to search for the gold write with.
+2. The end: for an `act` task once the session's database equals the gold database (checked before step 1:
+   no second yes), for a `refuse` task once the agent says it cannot (a word of refusal with the order id or
+   the action's word), for an `inform` task once the agent states a date or an amount, the user thanks the
+   agent and ends with STOP (the session ends: `env_terminal`). For a `transfer` task a refusal makes the user
+   ask for a human.
 3. Facts, only when asked: the email (`email`), name and zip (`zip`, `postal`), the order id (`order id`,
    `order number`, `which order`), the reason (`reason`, `why`), the new address (`address`), the payment
    method (`payment`), the item and variant (`item`, `variant`, `which one`).
@@ -255,6 +259,10 @@ def user_reply(
     Sets (or clears) `shop.confirmed`: a yes confirms exactly the wanted action for the next write only."""
     text = visible_text(message)
     shop.confirmed = None
+    if reference.outcome == "act" and shop.db == gold_db:
+        # satisfied before anything else: a closing question that repeats the action, or a request to confirm
+        # it again, gets no second yes
+        return f"Thank you, that's all I needed. {STOP}", True
     told = _facts(reference)
     asked = [told[topic] for topic, pattern in _TOPICS if pattern.search(text) and topic in told]
     proposal = proposed_action(text, reference) if _names_an_action(text) else None
@@ -278,8 +286,6 @@ def user_reply(
             return f"No. This is not what I asked for, and I give up for today. {STOP}", True
         return "No, that is not what I asked for.", False
     outcome = reference.outcome
-    if outcome == "act" and shop.db == gold_db:
-        return f"Thank you, that's all I needed. {STOP}", True
     if outcome == "refuse" and refusal(text):
         return f"I see. Thank you for explaining. {STOP}", True
     if outcome == "inform" and (dates(text) or amounts(text)):
