@@ -595,3 +595,22 @@ def test_proctor_tool_session_of_an_abandoned_rollout_is_released(server: str) -
         return session_id
 
     assert h.session_gone(server, asyncio.run(drive()))
+
+
+def test_interaction_refuses_a_second_rollout_on_an_open_instance_id(server: str) -> None:
+    """verl names interaction instances by request id (`det-<priority>` for every rollout under
+    full_determinism): a second start on an open id is refused, not given the first rollout's place (its session
+    leaked, both stepping one conversation)."""
+    interaction = verl_agent.ProctorInteraction({"name": "proctor", "server_url": server})
+    proctor = {"environment": "tool.test_user", "task": {"seed": 0, "index": 0}}
+
+    async def drive() -> str:
+        await interaction.start_interaction("det-0", proctor=proctor)
+        first = interaction._episodes["det-0"].session_id  # pyright: ignore[reportPrivateUsage]
+        with pytest.raises(ValueError, match="det-0"):
+            await interaction.start_interaction("det-0", proctor=proctor)
+        assert interaction._episodes["det-0"].session_id == first  # pyright: ignore[reportPrivateUsage]
+        await interaction.finalize_interaction("det-0")
+        return first
+
+    assert h.session_gone(server, asyncio.run(drive()))

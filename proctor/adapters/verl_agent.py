@@ -489,13 +489,25 @@ class ProctorInteraction(BaseInteraction):
         super().__init__(config)
         self.proctor = _settings(config)
         self._episodes: dict[str, Episode] = {}
+        self._starting: set[str] = set()
 
     async def start_interaction(self, instance_id: str | None = None, **kwargs: Any) -> str:
         """Open the instance's session from `proctor` (or the whole kwargs as {environment, task})."""
         instance = instance_id if instance_id is not None else uuid4().hex
+        if instance in self._episodes or instance in self._starting:
+            # verl names instances by request id, `det-<priority>` for every rollout under full_determinism:
+            # sharing would leak the first session and step two conversations in one
+            raise ValueError(
+                f"interaction instance {instance!r} is already open (two rollouts with one request id: "
+                "turn off rollout.full_determinism, or finalize the instance first)"
+            )
         source = kwargs.get("proctor", kwargs)
         environment, task, options = task_spec(source)
-        self._episodes[instance] = await open_episode(environment, task, options, **self.proctor)
+        self._starting.add(instance)  # reserved across the await: two concurrent starts cannot both pass
+        try:
+            self._episodes[instance] = await open_episode(environment, task, options, **self.proctor)
+        finally:
+            self._starting.discard(instance)
         return instance
 
     async def generate_response(
