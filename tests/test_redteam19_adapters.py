@@ -614,3 +614,24 @@ def test_interaction_refuses_a_second_rollout_on_an_open_instance_id(server: str
         return first
 
     assert h.session_gone(server, asyncio.run(drive()))
+
+
+def test_trl_model_time_limits_and_timeouts_are_the_environments(server: str) -> None:
+    """tool.math_python through TRL's tool call: a `timeout` argument the model adds reaches the session and is
+    refused there (it was dropped, and the call ran as a valid one); the model's own program running out of time
+    is an observation, and the episode still ends in a verdict (status ok), never masked."""
+    env = trl_env.environment_factory("tool.math_python", server_url=server)()
+    env.reset(
+        proctor={"environment": "tool.math_python", "task": {"prompt": "What is 2+2?", "reference": "4"}}
+    )
+    refused = trl_tool_call(env, "python", {"code": "print(4)", "timeout": 1000})
+    assert "invalid arguments" in str(refused) and "timeout" in str(refused)
+    timed_out = trl_tool_call(env, "python", {"code": "while True: pass"})
+    assert "out of time" in str(timed_out)
+    completion = [
+        {"role": "assistant", "content": "", "tool_calls": []},
+        {"role": "tool", "content": timed_out},
+        {"role": "assistant", "content": "4"},
+    ]
+    assert trl_env.session_reward()(completions=[completion], environments=[env]) == [1.0]
+    assert env.score is not None and env.score.status.value == "ok"
