@@ -410,33 +410,60 @@ def _check_complete(client: httpx.Client, db: Engine, job_id: str, rows: list[di
     ]
 
 
-def test_a_service_killed_mid_job_resumes_after_a_restart(tmp_path: Path):
+def test_a_service_stopped_or_killed_mid_job_resumes_after_a_restart(tmp_path: Path):
+    """SIGTERM hands the job back (queued, only right rows written); SIGKILL leaves it to the next process,
+    which takes it at once (the owner's pid is gone); the third process finishes it: every row once."""
     data = tmp_path / "data"
-    rows = slow_rows()
+    # Rows 400 to 1500: every 100th takes a 1 s pool deadline, so the rest of the job outlasts any start-up.
+    rows = [
+        {"id": i, "response": "sleep" if 400 <= i <= 1500 and i % 100 == 0 else f"v{i}", "reference": f"v{i}"}
+        for i in range(2000)
+    ]
     path = tmp_path / "slow.jsonl"
     io.write_jsonl(path, rows)
-    first = launch(tmp_path, PROCTOR_DATA_DIR=str(data))
-    try:
-        with httpx.Client(base_url=first.base_url, timeout=60) as client:
-            job_id = upload(client, path, verifier="test.misbehave").json()["job_id"]
-            done_before = wait_job(client, job_id, lambda view: view["done"] >= 300)["done"]
-    finally:
-        kill9(first)
     db = create_db_engine(f"sqlite:///{data / 'proctor.db'}")
-    second = launch(tmp_path, PROCTOR_DATA_DIR=str(data))
     try:
-        with httpx.Client(base_url=second.base_url, timeout=60) as client:
-            view = wait_job(client, job_id, finished)
-            assert view["status"] == "done" and view["done"] == len(rows)
-            _check_complete(client, db, job_id, rows)
-        assert done_before < len(rows)  # killed mid-job
-        assert (
-            scored_by(second.base_url) <= len(rows) - done_before
-        )  # it resumed: the rows already written stayed
+        first = launch(tmp_path, PROCTOR_DATA_DIR=str(data))
+        try:
+            with httpx.Client(base_url=first.base_url, timeout=60) as client:
+                job_id = upload(client, path, verifier="test.misbehave").json()["job_id"]
+                wait_job(client, job_id, lambda view: view["done"] >= 300)
+        finally:
+            first.stop()  # SIGTERM: a graceful shutdown
         with db.connect() as connection:
-            assert connection.execute(select(Job.claims).where(Job.id == job_id)).scalar_one() == 2
+            job = connection.execute(select(Job).where(Job.id == job_id)).one()
+            written = connection.execute(
+                select(JobResult.row_index, JobResult.status).where(JobResult.job_id == job_id)
+            ).all()
+        assert (job.status, job.lease_owner, job.claims) == ("queued", None, 1)
+        assert 300 <= job.done == len(written) < len(rows)
+        assert all(
+            status == expected_slow(rows[index])[0] for index, status in written
+        )  # no shutdown failures
+
+        second = launch(tmp_path, PROCTOR_DATA_DIR=str(data))
+        try:
+            with httpx.Client(base_url=second.base_url, timeout=60) as client:
+                view = wait_job(client, job_id, lambda view: view["done"] >= job.done + 100)
+                assert view["status"] == "running"
+        finally:
+            kill9(second)
+        with db.connect() as connection:
+            done_before = connection.execute(select(Job.done).where(Job.id == job_id)).scalar_one()
+        assert done_before < len(rows)  # killed mid-job
+
+        third = launch(tmp_path, PROCTOR_DATA_DIR=str(data))
+        try:
+            with httpx.Client(base_url=third.base_url, timeout=60) as client:
+                view = wait_job(client, job_id, finished)
+                assert view["status"] == "done" and view["done"] == len(rows)
+                _check_complete(client, db, job_id, rows)
+            assert scored_by(third.base_url) <= len(rows) - done_before  # it resumed after the written rows
+        finally:
+            third.stop()
+        with db.connect() as connection:
+            assert connection.execute(select(Job.claims).where(Job.id == job_id)).scalar_one() == 3
     finally:
-        second.stop()
         db.dispose()
 
 
