@@ -12,13 +12,13 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 from proctor.trainer.config import ConfigError, TrainConfig, load_config  # noqa: E402
+from proctor.trainer.generation import plain_generation_config  # noqa: E402
 from proctor.trainer.grpo import (  # noqa: E402
     collate,
     completion_logits,
     encode_prompt,
     left_pad,
     make_trainer,
-    plain_generation_config,
     sample_completions,
     token_log_probs,
     train,

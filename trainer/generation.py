@@ -9,10 +9,13 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import Tensor
+
+if TYPE_CHECKING:
+    from proctor.trainer.config import TrainConfig
 
 
 @dataclass(frozen=True)
@@ -92,3 +95,38 @@ def stop_token_ids(model: Any, tokenizer: Any) -> list[int]:
     own = model.generation_config.eos_token_id
     ids = [tokenizer.eos_token_id, *(own if isinstance(own, list | tuple) else [own])]
     return list(dict.fromkeys(int(i) for i in ids if i is not None))
+
+
+@torch.no_grad()
+def sample_continuations(
+    model: Any, tokenizer: Any, contexts: list[list[int]], config: TrainConfig, copies: int = 1
+) -> tuple[list[list[int]], list[bool]]:
+    """`copies` sampled continuations of each context (context 0's first), each cut after its first stop token.
+
+    Returns the kept ids (the stop token included) and whether each was cut by `max_new_tokens` instead.
+    Sampling is the policy's own distribution: temperature and top-p only, with a blank generation config.
+    """
+    device = next(model.parameters()).device
+    ids, mask = left_pad(contexts, tokenizer.pad_token_id)
+    stops = stop_token_ids(model, tokenizer)
+    model.eval()
+    with plain_generation_config(model):
+        output = model.generate(
+            input_ids=ids.to(device),
+            attention_mask=mask.to(device),
+            do_sample=True,
+            temperature=config.temperature,
+            top_p=config.top_p,
+            top_k=0,
+            max_new_tokens=config.max_new_tokens,
+            num_return_sequences=copies,
+            pad_token_id=tokenizer.pad_token_id,
+            eos_token_id=stops or None,
+        )
+    kept: list[list[int]] = []
+    cut: list[bool] = []
+    for completion in output[:, ids.shape[1] :].tolist():
+        end = next((i for i, token in enumerate(completion) if token in stops), None)
+        kept.append(completion if end is None else completion[: end + 1])
+        cut.append(end is None)
+    return kept, cut

@@ -47,7 +47,7 @@ from typing import Any
 import torch
 
 from proctor.trainer.config import ConfigError, TrainConfig
-from proctor.trainer.generation import Prompt, Sample, left_pad, plain_generation_config, stop_token_ids
+from proctor.trainer.generation import Prompt, Sample, left_pad, sample_continuations
 
 Tensor = torch.Tensor
 
@@ -470,36 +470,20 @@ def encode_prompt(tokenizer: Any, messages: list[dict[str, str]], system_prompt:
     return tokenizer(text, add_special_tokens=False)["input_ids"]
 
 
-@torch.no_grad()
 def sample_completions(
     model: Any, tokenizer: Any, prompts: list[list[int]], config: TrainConfig
 ) -> list[Sample]:
     """G sampled completions per prompt with `generate`; the result is grouped (prompt 0's G samples first)."""
-    device = next(model.parameters()).device
-    ids, mask = left_pad(prompts, tokenizer.pad_token_id)
-    stops = stop_token_ids(model, tokenizer)
-    model.eval()
-    with plain_generation_config(model):
-        output = model.generate(
-            input_ids=ids.to(device),
-            attention_mask=mask.to(device),
-            do_sample=True,
-            temperature=config.temperature,
-            top_p=config.top_p,
-            top_k=0,
-            max_new_tokens=config.max_new_tokens,
-            num_return_sequences=config.group_size,
-            pad_token_id=tokenizer.pad_token_id,
-            eos_token_id=stops or None,
+    completions, cut = sample_continuations(model, tokenizer, prompts, config, copies=config.group_size)
+    return [
+        Sample(
+            prompts[row // config.group_size],
+            kept,
+            cut[row],
+            tokenizer.decode(kept, skip_special_tokens=True),
         )
-    completions = output[:, ids.shape[1] :].tolist()
-    samples = []
-    for row, completion in enumerate(completions):
-        end = next((i for i, token in enumerate(completion) if token in stops), None)
-        kept = completion if end is None else completion[: end + 1]
-        text = tokenizer.decode(kept, skip_special_tokens=True)
-        samples.append(Sample(prompts[row // config.group_size], kept, end is None, text))
-    return samples
+        for row, kept in enumerate(completions)
+    ]
 
 
 class Scorer:

@@ -137,28 +137,9 @@ def generate_turn(
     model: Any, tokenizer: Any, contexts: list[list[int]], config: TrainConfig
 ) -> list[list[int]]:
     """One sampled assistant turn per context (up to and including the end-of-sequence token)."""
-    from proctor.trainer.generation import left_pad, plain_generation_config, stop_token_ids
+    from proctor.trainer.generation import sample_continuations
 
-    device = next(model.parameters()).device
-    ids, mask = left_pad(contexts, tokenizer.pad_token_id)
-    stops = stop_token_ids(model, tokenizer)
-    model.eval()
-    with plain_generation_config(model):
-        output = model.generate(
-            input_ids=ids.to(device),
-            attention_mask=mask.to(device),
-            do_sample=True,
-            temperature=config.temperature,
-            top_p=config.top_p,
-            top_k=0,
-            max_new_tokens=config.max_new_tokens,
-            pad_token_id=tokenizer.pad_token_id,
-            eos_token_id=stops or None,
-        )
-    turns = []
-    for completion in output[:, ids.shape[1] :].tolist():
-        end = next((i for i, token in enumerate(completion) if token in stops), None)
-        turns.append(completion if end is None else completion[: end + 1])
+    turns, _ = sample_continuations(model, tokenizer, contexts, config)
     return turns
 
 
