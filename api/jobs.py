@@ -157,9 +157,12 @@ class JobService:
         observe = metrics.observe_score
         audit = self.audit
 
+        from proctor.jobs import job_owner
+
         def observe_and_audit(score: Score) -> None:
             observe(score)
-            audit.record(score, _caller_key.get())
+            # A request's caller, or, for a job's rows (scored on the runner's thread), the job's owner.
+            audit.record(score, _caller_key.get() or job_owner.get())
 
         # Every scoring route reports each Score here (observe_score), so the audit sees exactly what was answered.
         metrics.observe_score = observe_and_audit  # type: ignore[method-assign]

@@ -16,6 +16,7 @@ gone). A graceful shutdown hands the job back as queued.
 
 from __future__ import annotations
 
+import contextvars
 import json
 import logging
 import os
@@ -282,6 +283,11 @@ class _Claim:
     id: str
     config: RescoreConfig
     claims: int
+    owner: str | None = None
+
+
+job_owner: contextvars.ContextVar[str | None] = contextvars.ContextVar("proctor_job_owner", default=None)
+"""The owner key of the job whose rows the runner thread is scoring (for the audit record of each score)."""
 
 
 def _transient(exc: BaseException) -> bool:
@@ -399,6 +405,7 @@ class JobRunner:
         """Score a claimed job to its end, or until the lease is lost or the runner stops."""
         self._lost.clear()
         self._current = claim
+        token = job_owner.set(claim.owner)
         try:
             self._run(claim)
         except _LeaseLost:
@@ -409,6 +416,7 @@ class JobRunner:
             log.exception("jobs: job %s failed", claim.id)
             self._fail(claim, exc)
         finally:
+            job_owner.reset(token)
             self._current = None
 
     def claim(self) -> _Claim | None:
@@ -426,6 +434,7 @@ class JobRunner:
                     Job.response_field,
                     Job.reference_field,
                     Job.source,
+                    Job.owner,
                 )
                 .where(Job.status.in_(UNFINISHED))
                 .order_by(Job.created_at)
@@ -457,7 +466,7 @@ class JobRunner:
                     response_field=job.response_field,
                     reference_field=job.reference_field,
                 )
-                return _Claim(job.id, config, job.claims + 1)
+                return _Claim(job.id, config, job.claims + 1, job.owner)
         return None
 
     def _check(self) -> None:

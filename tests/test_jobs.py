@@ -334,8 +334,12 @@ def test_cancel_stops_a_job_and_keeps_what_it_scored(service, tmp_path: Path):
     assert client.delete(f"/v1/jobs/{finished_id}").status_code == 409
 
 
-def test_the_audit_log_records_what_the_service_answered(service):
+def test_the_audit_log_records_what_the_service_answered(service, tmp_path: Path):
     client: httpx.Client = service["client"]
+    job_file = tmp_path / "audited.jsonl"
+    io.write_jsonl(job_file, [{"id": "audit-4", "verifier": "text.match", "response": "b", "reference": "b"}])
+    job_id = upload(client, job_file).json()["job_id"]
+    wait_job(client, job_id, finished)
     one = client.post("/v1/score", json={"verifier": "text.match", "response": "a", "reference": "audit-1"})
     assert one.status_code == 200
     batch = client.post(
@@ -354,22 +358,23 @@ def test_the_audit_log_records_what_the_service_answered(service):
         with db.connect() as connection:
             return connection.execute(
                 select(AuditScore)
-                .where(AuditScore.request_id.in_(["audit-2", "audit-3"]))
+                .where(AuditScore.request_id.in_(["audit-2", "audit-3", "audit-4"]))
                 .order_by(AuditScore.id)
             ).all()
 
     deadline = time.monotonic() + 30
-    while len(records()) < 2 and time.monotonic() < deadline:
+    while len(records()) < 3 and time.monotonic() < deadline:
         time.sleep(0.2)
     got = records()
-    assert [(r.verifier, r.version, r.status, r.reward) for r in got] == [
-        ("math", "1.0.0", "ok", 1.0),
-        ("test.misbehave", "1", "verifier_error", 0.0),
+    assert [(r.request_id, r.verifier, r.version, r.status, r.reward) for r in got] == [
+        ("audit-4", "text.match", "1.0.0", "ok", 1.0),  # a job's row, scored by the runner
+        ("audit-2", "math", "1.0.0", "ok", 1.0),
+        ("audit-3", "test.misbehave", "1", "verifier_error", 0.0),
     ]
-    assert all(r.key_hash == owner_of(TOKEN) for r in got)
+    assert all(r.key_hash == owner_of(TOKEN) for r in got)  # the caller's; the job owner's for the job row
     metrics = httpx.get(f"{service['url']}/metrics", headers=AUTH).text
     written = re.search(r'^proctor_audit_records_total\{outcome="written"\} (\S+)$', metrics, re.M)
-    assert written is not None and float(written.group(1)) >= 3
+    assert written is not None and float(written.group(1)) >= 4
 
 
 def test_an_unreachable_audit_database_never_fails_a_score(tmp_path: Path):
