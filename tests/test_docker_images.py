@@ -319,6 +319,39 @@ def test_runtime_stage_holds_the_venv_and_nsjail_but_not_the_source(
     assert "PROCTOR_HOST=0.0.0.0" in config["Env"]
 
 
+def test_compose_entrypoint_advertises_the_replica_address(
+    daemon_url: str, service_image: str, compose: dict
+) -> None:
+    """The compose file's shell entrypoint, run in the image with `env` in place of the server."""
+    entrypoint = compose["services"]["proctor"]["entrypoint"]
+    script = entrypoint[2].replace("$$", "$")  # compose's escape for a literal $
+    assert script.endswith("exec /opt/proctor/bin/proctor serve"), script
+    probe = script.removesuffix("/opt/proctor/bin/proctor serve") + "/usr/bin/env"
+    found = docker_cli(
+        daemon_url,
+        "run",
+        "--rm",
+        "--network=host",
+        f"--entrypoint={entrypoint[0]}",
+        service_image,
+        "-c",
+        probe,
+    )
+    assert re.search(r"^PROCTOR_ADVERTISE_URL=http://\d+\.\d+\.\d+\.\d+:8000$", found, re.M), found
+    given = docker_cli(
+        daemon_url,
+        "run",
+        "--rm",
+        "--network=host",
+        "--env=PROCTOR_ADVERTISE_URL=http://replica-7:8000",
+        f"--entrypoint={entrypoint[0]}",
+        service_image,
+        "-c",
+        probe,
+    )
+    assert "PROCTOR_ADVERTISE_URL=http://replica-7:8000" in given.splitlines()
+
+
 def test_service_refuses_an_open_bind_without_a_token(daemon_url: str, service_image: str) -> None:
     cli = shutil.which("docker", path="/usr/bin") or "docker"
     done = subprocess.run(
