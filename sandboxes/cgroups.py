@@ -157,7 +157,9 @@ class JobCgroup:
         return _keyed(directory / "pids.events").get("max", 0) - int(self._base.get("pids", 0))
 
     def pids(self) -> list[int]:
-        """Processes in the cgroup now."""
+        """Processes in the cgroup now (none when no hierarchy could be made: read-only cgroups, rlimits only)."""
+        if not self.procs_files:
+            return []
         try:
             return [int(p) for p in _read(self.procs_files[0]).split()]
         except OSError:
@@ -166,6 +168,8 @@ class JobCgroup:
     def threads(self) -> list[int]:
         """Threads in the cgroup now (for per-task scheduler statistics)."""
         name = "tasks" if self.version == 1 else "cgroup.threads"
+        if not self.procs_files:
+            return []
         try:
             return [int(p) for p in _read(self.procs_files[0].parent / name).split()]
         except OSError:
