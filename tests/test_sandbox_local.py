@@ -343,8 +343,6 @@ def test_v2_cpu_accounting_and_kill_where_a_unified_hierarchy_is_mounted() -> No
 def test_a_job_cgroup_with_no_hierarchy_reads_as_empty_and_removes_cleanly() -> None:
     """Read-only cgroups (an unprivileged container): the job has no hierarchy, and the backends fall back to
     rlimits instead of failing on the empty list of `cgroup.procs` files."""
-    from proctor.sandboxes.cgroups import JobCgroup
-
     job = JobCgroup(1, {})
     assert job.procs_files == [] and job.pids() == [] and job.threads() == []
     job.remove()
