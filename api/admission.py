@@ -1,22 +1,43 @@
-"""Admission control: a bounded number of scoring requests run at once, a bounded number wait, the rest get 429."""
+"""Admission control in lanes: each lane runs a bounded number of requests at once, lets a bounded number wait, and
+turns the rest away with 429.
+
+Two lanes, so cheap work never waits behind expensive work: `inline` for requests the engine scores on the event
+loop (an inline verifier on a response within `inline_max_chars`, e.g. `text.match`: a fraction of a millisecond)
+and `pool` for everything else (pool verifiers such as `code` and `math`, sandboxes, async judges, sessions, task
+generation). With one shared lane, 120 clients sending code held every slot and a `text.match` request waited
+seconds for one; now it takes an `inline` slot, which pool work never holds.
+"""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterable
 from contextlib import asynccontextmanager
+from typing import TYPE_CHECKING, Any, Literal
+
+from proctor.contract import RequestError
+
+if TYPE_CHECKING:
+    from proctor.engine import Engine, Prepared
+    from proctor.settings import Settings
+
+Lane = Literal["inline", "pool"]
+INLINE: Lane = "inline"
+POOL: Lane = "pool"
+LANES: tuple[Lane, ...] = (INLINE, POOL)
 
 
 class Overloaded(Exception):
-    """Every running slot is taken and the waiting queue is full; the client should retry later."""
+    """Every running slot of a lane is taken and its waiting queue is full; the client should retry later."""
 
 
-class Admission:
-    """Bounded concurrency plus a bounded queue for one process's scoring requests."""
+class LaneLimit:
+    """Bounded concurrency plus a bounded queue for one lane of one process's requests."""
 
-    def __init__(self, max_concurrency: int, max_queue: int):
+    def __init__(self, name: str, max_concurrency: int, max_queue: int):
         if max_concurrency < 1 or max_queue < 0:
             raise ValueError("max_concurrency must be >= 1 and max_queue >= 0")
+        self.name = name
         self.max_concurrency = max_concurrency
         self.max_queue = max_queue
         self.running = 0
@@ -31,7 +52,7 @@ class Admission:
         if (self.running >= self.max_concurrency or self.queued > 0) and self.queued >= self.max_queue:
             self.rejected += 1
             raise Overloaded(
-                f"server busy: {self.running} scoring requests running and {self.queued} waiting"
+                f"server busy: {self.running} {self.name} requests running and {self.queued} waiting"
             )
         self.queued += 1
         try:
@@ -54,3 +75,85 @@ class Admission:
             "max_queue": self.max_queue,
             "rejected": self.rejected,
         }
+
+
+class Admission:
+    """One process's admission control: a `pool` lane (PROCTOR_MAX_CONCURRENCY, PROCTOR_MAX_QUEUE) and an
+    `inline` lane (PROCTOR_MAX_INLINE_CONCURRENCY, PROCTOR_MAX_INLINE_QUEUE), each with its own slots and queue."""
+
+    def __init__(
+        self, max_concurrency: int, max_queue: int, inline_concurrency: int = 256, inline_queue: int = 1024
+    ):
+        self.lanes: dict[Lane, LaneLimit] = {
+            POOL: LaneLimit(POOL, max_concurrency, max_queue),
+            INLINE: LaneLimit(INLINE, inline_concurrency, inline_queue),
+        }
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> Admission:
+        """The lanes sized by the service's settings."""
+        return cls(
+            settings.max_concurrency,
+            settings.max_queue,
+            settings.max_inline_concurrency,
+            settings.max_inline_queue,
+        )
+
+    def slot(self, lane: Lane = POOL) -> Any:
+        """An async context manager holding one running slot of `lane`; raises Overloaded when its queue is full.
+
+        The default is the pool lane: a route that cannot tell how costly its work is waits with the costly work."""
+        return self.lanes[lane].slot()
+
+    def stats(self) -> dict[str, Any]:
+        """Running, waiting and turned-away requests summed over the lanes, and each lane's own figures."""
+        lanes = {name: limit.stats() for name, limit in self.lanes.items()}
+        totals = {
+            key: sum(stats[key] for stats in lanes.values())
+            for key in ("running", "queued", "max_concurrency", "max_queue", "rejected")
+        }
+        return {**totals, "lanes": lanes}
+
+
+def lane_of(engine: Engine, item: Prepared) -> Lane:
+    """The lane of one prepared item: `inline` exactly when the engine scores it on the event loop."""
+    return INLINE if engine.runs_inline(item) else POOL
+
+
+def lane_of_requests(engine: Engine, requests: Iterable[Any]) -> Lane:
+    """The lane of a batch of raw score requests: `pool` if any item may run in the pool (or is not plain).
+
+    Read from each item's verifier and response size without preparing it (the batch prepares its items on a
+    thread, inside its slot); an item naming no known verifier is an item error, which costs nothing."""
+    # Imported here: the engine module pulls in the registry, and this module is imported by the app's errors.
+    from proctor.engine import is_async
+    from proctor.registry import get_verifier
+
+    limit = engine.settings.inline_max_chars
+    for request in requests:
+        if not isinstance(request, dict):
+            continue  # an item error
+        name = request.get("verifier")
+        if not isinstance(name, str):
+            continue  # an item error
+        try:
+            spec = get_verifier(name)
+        except RequestError:
+            continue  # an item error
+        if spec.execution != "inline" or is_async(spec) or _size(request.get("response")) > limit:
+            return POOL
+    return INLINE
+
+
+def _size(response: Any) -> int:
+    """Characters of response text as `Prepared.size` counts them; anything else counts as too large."""
+    if isinstance(response, str):
+        return len(response)
+    if isinstance(response, list):
+        total = 0
+        for message in response:
+            if not isinstance(message, dict):
+                return 1 << 62  # not a transcript: let the pool lane take it
+            total += len(str(message.get("content") or ""))
+        return total
+    return 1 << 62

@@ -69,6 +69,7 @@ from proctor.adapters.labels import (
     strip_prompt,
 )
 from proctor.adapters.openrlhf import reward_payload
+from proctor.api.admission import POOL, lane_of, lane_of_requests
 from proctor.api.rendering import json_response
 from proctor.api.responses import VERIFIER_REFERENCE, error_responses, server_validated
 from proctor.api.state import ServiceState, get_state
@@ -229,7 +230,7 @@ async def openrlhf_get_reward(
     )
     results: list[Any] = []
     if requests:
-        async with state.admission.slot():
+        async with state.admission.slot(lane_of_requests(engine, requests)):
             results = await engine.score_batch_async(requests)
     for request, named, result in zip(requests, structured, results, strict=True):
         if isinstance(result, ItemError):
@@ -272,7 +273,7 @@ async def slime_reward(
         item = await engine.prepare_async(request)
     except RequestError as exc:
         raise label_error(exc, "label", named) from None
-    async with state.admission.slot():
+    async with state.admission.slot(lane_of(engine, item)):
         result = await engine.score_async(item)
     state.metrics.observe_score(result)
     return json_response(reward_or_policy(result, on_failure, value))
@@ -345,6 +346,6 @@ async def search_r1_retrieve(body: SearchR1Request, state: ServiceState = Depend
             "split the batch",
             "queries",
         )
-    async with state.admission.slot():
+    async with state.admission.slot(POOL):  # BM25 over many queries is CPU work on a thread
         result = await asyncio.to_thread(_retrieve, body.queries, k, body.return_scores)
     return json_response({"result": result})

@@ -12,6 +12,7 @@ from fastapi import APIRouter, Depends
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.responses import Response
 
+from proctor.api.admission import POOL
 from proctor.api.rendering import json_response
 from proctor.api.responses import error_responses, server_validated
 from proctor.api.state import ServiceState, get_state
@@ -205,7 +206,7 @@ async def make_tasks(name: str, body: TasksRequest, state: ServiceState = Depend
     """
     spec = get_environment(name)
     spec.resolve(body.difficulty, body.config)  # 422 naming the field before taking a slot
-    async with state.admission.slot():
+    async with state.admission.slot(POOL):
         # Generation is CPU-bound (a sudoku is milliseconds): off the event loop, with a deadline.
         try:
             tasks = await run_with_deadline(

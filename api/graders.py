@@ -18,6 +18,7 @@ from fastapi import APIRouter, Depends
 from pydantic import BaseModel, ConfigDict
 from starlette.responses import Response
 
+from proctor.api.admission import POOL
 from proctor.api.rendering import json_response
 from proctor.api.responses import error_responses, server_validated
 from proctor.api.state import ServiceState, get_state
@@ -126,7 +127,7 @@ async def _run(body: RunRequest, state: ServiceState, sdk: bool) -> Response:
     engine = state.require_engine()
     # As for every verifier: the sample's end-of-turn tokens (PROCTOR_END_TOKENS) are cut before it is graded.
     cut = cut_end_of_turn(body.model_sample, state.settings.end_token_list)
-    async with state.admission.slot():
+    async with state.admission.slot(POOL):  # a python grader runs in a sandbox
         outcome = await run_grader(grader, item, cut.text, engine, body.judge)
     if cut.token is not None:
         outcome.scores["end_of_turn"] = {"token": cut.token, "cut_chars": cut.cut_chars}

@@ -5,6 +5,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Depends
 from starlette.responses import Response
 
+from proctor.api.admission import lane_of, lane_of_requests
 from proctor.api.rendering import json_response
 from proctor.api.responses import (
     VERIFIER_OPTIONS,
@@ -35,7 +36,7 @@ async def score(body: ScoreRequest, state: ServiceState = Depends(get_state)) ->
     """Score one response against its reference; a machinery failure is a Score with a non-ok status."""
     engine = state.require_engine()
     item = await engine.prepare_async(body)  # 404 unknown verifier, 422 invalid fields, before taking a slot
-    async with state.admission.slot():
+    async with state.admission.slot(lane_of(engine, item)):  # text.match never waits behind code items
         result = await engine.score_async(item)
     state.metrics.observe_score(result)
     return json_response(result)
@@ -55,7 +56,8 @@ async def score_batch(body: BatchRequest, state: ServiceState = Depends(get_stat
             413, f"batch has {len(body.items)} items; the limit is {limit} (PROCTOR_MAX_BATCH_ITEMS)", "items"
         )
     engine = state.require_engine()
-    async with state.admission.slot():  # a batch is one request here; the engine bounds its pool use
+    # A batch is one request here, in the pool lane if any item may use the pool; the engine bounds its pool use.
+    async with state.admission.slot(lane_of_requests(engine, body.items)):
         results = await engine.score_batch_async(body.items)
     for result in results:
         if isinstance(result, Score):

@@ -13,7 +13,7 @@ Errors: 404 unknown environment or session (another caller's session is unknown 
 step out of order or after the end (then with the final `score`) or an idempotency key reused with another
 create request, 413 a message or task past the session size limits, 422 naming the field, 429 with Retry-After
 when the service holds as many sessions as it may or its admission queue is full. Sessions are bound to a hash
-of the caller's bearer token when auth is on. Steps take an admission slot like scoring requests do.
+of the caller's bearer token when auth is on. Steps take a pool-lane admission slot, as code items do.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from prometheus_client import Counter, Gauge, Histogram
 from pydantic import BaseModel, Field, ValidationError
 from starlette.responses import Response
 
+from proctor.api.admission import POOL
 from proctor.api.errors import ErrorResponse
 from proctor.api.metrics import Metrics
 from proctor.api.rendering import json_response
@@ -308,7 +309,7 @@ async def step_batch(
             except RequestError as exc:
                 results[index] = _item_error(item.model_dump(), exc)
 
-    async with state.admission.slot():
+    async with state.admission.slot(POOL):
         await asyncio.gather(*(run(chain) for chain in chains.values()))
     return json_response({"results": results})
 
@@ -333,7 +334,7 @@ async def step_session(
     owner: str | None = Depends(caller),
 ) -> Response:
     """Run the tool calls of one assistant message; the episode's end carries the final `score`."""
-    async with state.admission.slot():
+    async with state.admission.slot(POOL):
         result = await sessions.step(session_id, body.message, body.step, owner)
     return json_response(result)
 
@@ -353,7 +354,7 @@ async def finish_session(
     owner: str | None = Depends(caller),
 ) -> Response:
     """End the episode (an optional final assistant message first) and answer its Score."""
-    async with state.admission.slot():
+    async with state.admission.slot(POOL):
         score = await sessions.finish(session_id, body.message if body else None, owner)
     return json_response(score)
 

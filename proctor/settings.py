@@ -51,8 +51,23 @@ class Settings(BaseSettings):
     # Request limits and admission control
     max_body_bytes: int = Field(32 * 1024 * 1024, ge=1024, description="Larger request bodies get 413.")
     max_batch_items: int = Field(10_000, ge=1, description="Items allowed in one /v1/score/batch call.")
-    max_concurrency: int = Field(64, ge=1, description="Scoring requests running at once per process.")
-    max_queue: int = Field(256, ge=0, description="Scoring requests allowed to wait; beyond this, 429.")
+    max_concurrency: int = Field(
+        64,
+        ge=1,
+        description="Requests of the pool admission lane running at once per process: pool verifiers (code, "
+        "math, ...), sandboxes, async judges, sessions, graders, task generation.",
+    )
+    max_queue: int = Field(256, ge=0, description="Pool-lane requests allowed to wait; beyond this, 429.")
+    max_inline_concurrency: int = Field(
+        256,
+        ge=1,
+        description="Requests of the inline admission lane running at once per process: items an inline verifier "
+        "scores on the event loop (text.match within inline_max_chars), which never wait behind the pool lane "
+        "(PROCTOR_MAX_CONCURRENCY).",
+    )
+    max_inline_queue: int = Field(
+        1024, ge=0, description="Inline-lane requests allowed to wait; beyond this, 429."
+    )
     retry_after_s: int = Field(1, ge=1, description="Retry-After seconds sent with 429.")
 
     # Killable worker pool for CPU-bound verifiers
