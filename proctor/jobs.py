@@ -3,7 +3,7 @@
 A job's input rows are copied into the database when it is created, so any replica sharing the database
 can run it. One runner thread per service process claims a job with a lease (compare-and-set on the job's
 claim counter), scores its rows in order with the same request building and chunk scoring as
-`proctor rescore` (`rescore.build_request` through `rescore._score_chunk`), and writes each chunk's results
+`proctor rescore` (`rescore.build_request` through `rescore.score_chunk`), and writes each chunk's results
 in one transaction that first checks it still holds the lease. Results are keyed (job_id, row_index), and
 a chunk is written only by the lease holder, so a chunk scored twice (its replica died before the write, or
 lost the lease while scoring) is written once; rows are never lost, since the runner always scores the rows
@@ -35,7 +35,7 @@ from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError, SQLAlch
 from proctor import io
 from proctor.contract import ItemError, RequestError, Score
 from proctor.db.models import Job, JobResult, JobRow
-from proctor.rescore import RescoreConfig, Scorer, _score_chunk
+from proctor.rescore import RescoreConfig, Scorer, score_chunk
 
 log = logging.getLogger(__name__)
 
@@ -504,7 +504,7 @@ class JobRunner:
                 part = chunk[start : start + self.window]
                 # Scored a window at a time so the job keeps few items in the pool's queue: live requests
                 # wait behind at most a window of job items, not behind the whole chunk.
-                scores = _score_chunk(self.scorer, [row for _, row in part], claim.config)
+                scores = score_chunk(self.scorer, [row for _, row in part], claim.config)
                 self._check()  # scores made while stopping may be pool_closed failures: never write them
                 for (index, _), score in zip(part, scores, strict=True):
                     status, reward = result_fields(score)

@@ -469,7 +469,8 @@ def _batches(rows: Iterator[dict[str, Any]], size: int) -> Iterator[list[dict[st
         yield batch
 
 
-def _score_chunk(scorer: Scorer, rows: list[dict[str, Any]], config: RescoreConfig) -> list[dict[str, Any]]:
+def score_chunk(scorer: Scorer, rows: list[dict[str, Any]], config: RescoreConfig) -> list[dict[str, Any]]:
+    """Score input rows in one batch: each row's Score, or the ItemError its request got, as JSON objects."""
     requests = [build_request(row, config) for row in rows]
     to_score = [r for r in requests if isinstance(r, dict)]
     results = iter(scorer.score_batch(to_score)) if to_score else iter(())
@@ -590,7 +591,7 @@ def _run(config: RescoreConfig, scorer: Scorer, partial: Path, total: int, summa
 
         try:
             for rows in _batches(source, config.batch_size):
-                pending.append((rows, pool.submit(_score_chunk, scorer, rows, config)))
+                pending.append((rows, pool.submit(score_chunk, scorer, rows, config)))
                 while len(pending) >= scorer.concurrency:
                     write_oldest()
             while pending:
