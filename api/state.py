@@ -138,6 +138,9 @@ def _doctor_summary(backend: str) -> dict[str, Any]:
     }
 
 
-def get_state(request: Request) -> ServiceState:
-    """The service state of the app serving this request (a FastAPI dependency)."""
+async def get_state(request: Request) -> ServiceState:
+    """The service state of the app serving this request (a FastAPI dependency).
+
+    `async` so FastAPI calls it on the event loop: a plain `def` dependency is run on its thread pool, a thread
+    hop (and a wait for a free thread) on every request, for an attribute read."""
     return request.app.state.proctor
