@@ -34,7 +34,7 @@ def create_app(settings: Settings | None = None, engine: Engine | None = None) -
     settings = settings or get_settings()
     state = ServiceState(
         settings=settings,
-        admission=Admission(settings.max_concurrency, settings.max_queue),
+        admission=Admission.from_settings(settings),
         metrics=Metrics(),
         engine=engine,
     )

@@ -430,12 +430,11 @@ def test_full_queue_answers_429_with_retry_after(
         return metric_value(text, "proctor_admission", state="running") == 1.0
 
     wait_for(running)
-    rejected = post(base, "/v1/score", {"verifier": "text.match", "response": "a", "reference": "a"})
+    # The pool lane is full; pool work is turned away (text.match has its own inline lane: tests/test_admission_lanes.py).
+    rejected = post(base, "/v1/score", {**SLEEP, "response": "a", "reference": "a"})
     assert_error(rejected, 429)
     assert rejected.headers["retry-after"] == "7"
-    batch = post(
-        base, "/v1/score/batch", {"items": [{"verifier": "text.match", "response": "a", "reference": "a"}]}
-    )
+    batch = post(base, "/v1/score/batch", {"items": [{**SLEEP, "response": "a", "reference": "a"}]})
     assert_error(batch, 429)
     assert httpx.get(f"{base}/healthz", timeout=30).status_code == 200  # not admission-controlled
     # A bad request is still answered as such, without taking a slot.

@@ -318,7 +318,7 @@ def test_only_run_code_waits_and_answers_504_other_routes_keep_429(
 
         wait_for(both_busy, "a scoring request and a sandbox job to hold their only places")
         scored = httpx.post(
-            f"{base}/v1/score", json={"verifier": "text.match", "response": "a", "reference": "a"}, timeout=10
+            f"{base}/v1/score", json={**sleep_item, "response": "a", "reference": "a"}, timeout=10
         )
         assert scored.status_code == 429 and scored.headers["Retry-After"] == "5", scored.text
         ran = httpx.post(f"{base}/run_code", json={"code": "print(1)", "language": "python"}, timeout=10)
