@@ -18,7 +18,7 @@ log = logging.getLogger(__name__)
 
 
 def cache_key(qualified_verifier: str, reference: Any, response: Any, options: dict[str, Any]) -> str:
-    """A stable hex digest of everything that determines a score (ids and timings excluded)."""
+    """A stable hex digest of everything that determines a score (the request's id excluded)."""
     payload = json.dumps(
         [qualified_verifier, reference, response, options],
         sort_keys=True,

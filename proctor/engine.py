@@ -158,7 +158,9 @@ def prepare(request: ScoreRequest | dict[str, Any], *, end_tokens: tuple[str, ..
         spec.qualified_name,
         spec.reference_adapter.dump_python(reference, mode="json"),
         response,
-        {**options.model_dump(mode="json", exclude={"deadline_s"}), "end_tokens": list(tokens)},
+        # deadline_s is part of the key: a verifier may spend its deadline as the program's time budget (code),
+        # so a score under a tight deadline must not answer a request that allowed more (cache poisoning).
+        {**options.model_dump(mode="json"), "end_tokens": list(tokens)},
     )
     return Prepared(spec, parsed.id, response, reference, options, key, started, tokens, record)
 

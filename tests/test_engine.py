@@ -184,12 +184,16 @@ def test_inline_verifier_exception_is_verifier_error_not_zero(engine):
     assert "inline verifier bug" in score.details["error"]
 
 
-def test_cache_hits_only_for_ok_and_ignore_id_and_deadline(engine):
+def test_cache_hits_only_for_ok_and_ignore_id_not_deadline(engine):
     CALLS.clear()
-    first = engine.score(req("cached?", gold="cached?", id=1))
+    first = engine.score(req("cached?", gold="cached?", id=1, options={"deadline_s": 3}))
     second = engine.score(req("cached?", gold="cached?", id=2, options={"deadline_s": 3}))
     assert not first.cached and second.cached and second.id == 2
     assert CALLS == ["cached?"]
+    # A deadline can be a verifier's time budget (the code verifier's), so a score under one deadline never
+    # answers a request with another: a tight deadline's time_limit must not poison the cache for everyone.
+    other_deadline = engine.score(req("cached?", gold="cached?", id=3))
+    assert not other_deadline.cached and CALLS == ["cached?", "cached?"]
     assert second.model_dump(exclude={"id", "cached", "elapsed_ms"}) == first.model_dump(
         exclude={"id", "cached", "elapsed_ms"}
     )
