@@ -129,7 +129,10 @@ def caller_key(scope: Scope, by_token: bool) -> str:
     if by_token:
         for name, value in scope.get("headers", ()):
             if name == b"authorization":
-                return "token:" + hashlib.sha256(value).hexdigest()[:32]
+                # The credentials as the token check reads them (any case of "Bearer", surrounding blanks), so
+                # respelling the header cannot buy a fresh bucket.
+                credentials = value.partition(b" ")[2].strip()
+                return "token:" + hashlib.sha256(credentials).hexdigest()[:32]
     client = scope.get("client")
     return "addr:" + (str(client[0]) if client else "unknown")
 

@@ -143,6 +143,10 @@ def test_buckets_are_per_token_or_address_and_fall_back_to_this_process(redis_se
     two = {**base, "headers": [(b"authorization", b"Bearer two")]}
     assert caller_key(one, True) != caller_key(two, True)
     assert "Bearer" not in caller_key(one, True)
+    # Every spelling the token check accepts is the same caller: no fresh bucket for "bearer  one ".
+    for spelling in (b"bearer one", b"BEARER one", b"Bearer  one", b"Bearer one ", b"bEaReR \tone"):
+        respelled = {**base, "headers": [(b"authorization", spelling)]}
+        assert caller_key(respelled, True) == caller_key(one, True), spelling
     assert caller_key({**base, "headers": []}, True) == "addr:10.0.0.1"
     # Without auth a header is unchecked: every request from one address shares its bucket, whatever it sends.
     assert caller_key(one, False) == caller_key(two, False) == "addr:10.0.0.1"
