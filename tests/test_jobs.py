@@ -89,8 +89,12 @@ def expected_slow(row: dict[str, Any]) -> tuple[str, float]:
 
 
 def comparable(row: dict[str, Any]) -> dict[str, Any]:
-    """A result row without what differs between two runs of the same item (time taken, cache hit)."""
+    """A result row without what differs between two runs of the same item (time taken, cache hit, and the list
+    of known verifiers a 404 names, which depends on the plugins each process has loaded)."""
     score = {k: v for k, v in row["score"].items() if k not in ("elapsed_ms", "cached")}
+    if "error" in score:
+        message = score["error"]["message"].split("; known verifiers:")[0]
+        score = {**score, "error": {**score["error"], "message": message}}
     return {**row, "score": score}
 
 
