@@ -271,7 +271,12 @@ def test_sweep_removes_only_empty_stale_cgroups(cgroups_here: None) -> None:
     try:
         for procs in busy.procs_files:
             procs.write_text(str(proc.pid))
-        cgroups.sweep(min_age_s=0)
+        # cgroupfs stamps a directory's times when its inode is first looked up, which may come after the
+        # sweep read the clock; backdating both makes their age certain, so only emptiness decides.
+        hour_ago = time.time() - 3600
+        for directory in [*stale.dirs.values(), *busy.dirs.values()]:
+            os.utime(directory, (hour_ago, hour_ago))
+        cgroups.sweep(min_age_s=60)
         assert not any(directory.exists() for directory in stale.dirs.values())
         assert all(directory.exists() for directory in busy.dirs.values())
     finally:
