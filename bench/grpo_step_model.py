@@ -1,0 +1,773 @@
+"""GRPO step model: what judging one training step costs on a 64-core host, from costs measured on this machine.
+
+Run with `.venv/bin/python bench/grpo_step_model.py` (about 1-2 minutes on 2 shared cores). It measures, for each
+judge, CPU-seconds and wall time per problem, per submission and per test, then prints a model of one GRPO step
+at realistic scale. `--save FILE` keeps the measurements as JSON; `--inputs FILE` models from such a file without
+measuring again (change `--prompts`, `--samples`, `--tests`, `--cores`, `--efficiency` freely).
+
+Judges measured (the same programs, the same tests, distinct submissions as in a GRPO group):
+
+- code, C++ and Python stdio problems (bench/code.py's sum-of-squares program and test generator):
+  - Proctor: the `code` verifier scoring one item in this process through its sandbox (nsjail): per submission
+    the compile and the jail set-up, per test one run (a fork+exec of the binary, a fork of the warm Python);
+  - process per test, SandboxFusion-style: bench/code.py's `sandboxfusion_style_judge`, one /run_code job per
+    test, each compiling (C++) and running in a fresh nsjail, as verl's SandboxFusion integration does;
+  - bare floor: bench/code.py's `bare_judge`, `g++ -O2` once per submission, then one unsandboxed
+    `subprocess.run` per test (no isolation at all);
+- Verilog, the problems of datasets/verilog (each design a correct or wrong implementation):
+  - Proctor: the `verilog` verifier's testbench check in this process (the reference measured once per problem
+    and cached, then one sandboxed verdict per design);
+  - bare floor: VerilogEval's flow (bench/verilog.py's `verilogeval`: tb + reference + design compiled together
+    by iverilog, vvp, the `Mismatches:` line decides), unsandboxed.
+
+How a cost is measured. Each measurement runs in a fresh Python process ("phase"), three phases per judge: A, one
+warm-up submission; B, the warm-up plus K submissions of T1 tests; C, the warm-up plus K submissions of T2 tests
+(for Verilog: Q problems of one design in B, of 1+k designs in C). CPU-seconds are the phase's whole process
+tree (this script is a child subreaper, so orphaned sandbox processes are reaped here and counted too) read from
+`getrusage(RUSAGE_CHILDREN)`; the three totals give the fixed cost (interpreter, imports, warm pools), the cost
+per submission (per problem) and per test (per design) exactly (`solve_costs`). Wall times are medians of the
+per-submission times inside B and C. Every verdict must be the right one, or the report says so.
+
+Assumptions of the model (printed with the table):
+
+- CPU time is what scales: judging a step is CPU-bound, independent work, so its wall time on a host is its
+  CPU-seconds divided by the cores given to judging times a parallel efficiency (default 0.75: cores lost to the
+  kernel's namespace, mount and cgroup set-up under contention, memory bandwidth, the service itself). Wall times
+  measured on 2 shared cores include waiting for a CPU and are shown for latency only.
+- No step is faster than its longest chain: Proctor runs a submission's tests one after another in one jail, a
+  process-per-test judge can spread them over cores, so the chain is the submission (or one test) plus the
+  problem's one-time cost.
+- Memory: one judge in flight per core, each at most the largest single process measured (the compiler for C++,
+  iverilog for Verilog), unless `--memory-per-slot-mb` says otherwise.
+- Every sample is a distinct program (no cache hits), all are judged (no early stop), code problems have no
+  per-problem cost (stdio tests), and a Verilog problem's reference is measured once per step.
+
+What a 2-core measurement can say: the CPU cost of each step of each judge, on this kernel and these CPUs, and
+their ratios, which hold on any host with similar cores. What it cannot: how the kernel's namespace and cgroup
+set-up, fork and mount locks, and memory bandwidth behave with 64 jails at once (the efficiency flag stands in),
+per-core speed of another machine, the service's HTTP and pool-worker hops (scored in-process here), and the
+noise of a shared machine (read the load average in the report).
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import datetime as dt
+import importlib.util
+import json
+import math
+import os
+import platform
+import resource
+import signal
+import statistics
+import subprocess
+import sys
+import time
+import uuid
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+BENCH = Path(__file__).resolve().parent
+ROOT = BENCH.parent
+
+# -- the model: pure functions -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Costs:
+    """One judge's measured costs in seconds: CPU (what scales) and wall (latency on the measuring machine)."""
+
+    judge: str
+    cpu_per_problem: float
+    cpu_per_submission: float
+    cpu_per_test: float
+    wall_per_problem: float
+    wall_per_submission: float
+    wall_per_test: float
+    peak_mb: float  # largest single process seen (RSS)
+    tests_in_parallel: bool = False  # a process-per-test judge can spread one submission's tests over cores
+    right: bool = True  # every verdict in the measurement was the right one
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class Scale:
+    """One GRPO step and the host that judges it."""
+
+    prompts: int = 512
+    samples: int = 16
+    tests: int = 50  # per submission; 0 for a Verilog step (the testbench is the test)
+    cores: int = 64
+    efficiency: float = 0.75  # fraction of the cores' time that does judging work at full load
+    memory_per_slot_mb: float | None = None  # None: the judge's measured peak process
+
+    def __post_init__(self) -> None:
+        """Refuse a scale the model cannot mean."""
+        if self.prompts < 1 or self.samples < 1 or self.tests < 0 or self.cores < 1:
+            raise ValueError("prompts, samples and cores must be at least 1, tests at least 0")
+        if not 0.0 < self.efficiency <= 1.0:
+            raise ValueError("efficiency must be in (0, 1]")
+
+
+@dataclass(frozen=True)
+class StepRow:
+    """The model's figures for one judge at one scale."""
+
+    judge: str
+    cpu_s: float  # CPU-seconds for the whole step
+    chain_s: float  # the longest chain of work that cannot be spread
+    wall_s: float  # modelled wall time of judging the step
+    memory_gb: float  # one judge in flight per core
+    vs_floor: float  # wall_s over the floor's wall_s (1.0 for the floor itself)
+    right: bool
+    note: str = ""
+
+
+def solve_costs(phases: list[tuple[float, float, float]]) -> tuple[float, float, float]:
+    """Exact fit of total = fixed + x * outer + y * inner to three phases (outer, inner, total): (fixed, x, y).
+
+    For code, outer counts submissions and inner tests; for Verilog, outer counts problems and inner designs.
+    """
+    if len(phases) != 3:
+        raise ValueError("three phases are needed for three unknowns")
+    (a1, b1, c1), (a2, b2, c2), (a3, b3, c3) = phases
+
+    def det(m: list[list[float]]) -> float:
+        return (
+            m[0][0] * (m[1][1] * m[2][2] - m[1][2] * m[2][1])
+            - m[0][1] * (m[1][0] * m[2][2] - m[1][2] * m[2][0])
+            + m[0][2] * (m[1][0] * m[2][1] - m[1][1] * m[2][0])
+        )
+
+    rows = [[1.0, a1, b1], [1.0, a2, b2], [1.0, a3, b3]]
+    totals = [c1, c2, c3]
+    base = det(rows)
+    if abs(base) < 1e-12:
+        raise ValueError("the phases do not separate the costs (singular system)")
+    out = []
+    for col in range(3):
+        swapped = [[totals[r] if c == col else rows[r][c] for c in range(3)] for r in range(3)]
+        out.append(det(swapped) / base)
+    return out[0], out[1], out[2]
+
+
+def nonneg(value: float) -> float:
+    """A fitted cost below zero is measurement noise around zero (a judge without that cost): 0."""
+    return max(0.0, value)
+
+
+def submission_cpu_s(costs: Costs, tests: int) -> float:
+    """CPU-seconds to judge one submission of `tests` tests (its problem's one-time cost excluded)."""
+    return nonneg(costs.cpu_per_submission) + tests * nonneg(costs.cpu_per_test)
+
+
+def step_cpu_s(costs: Costs, scale: Scale) -> float:
+    """CPU-seconds to judge one step: each problem's one-time cost, then every sample's submission."""
+    return scale.prompts * (
+        nonneg(costs.cpu_per_problem) + scale.samples * submission_cpu_s(costs, scale.tests)
+    )
+
+
+def chain_s(costs: Costs, scale: Scale) -> float:
+    """The longest chain that cannot be spread over cores: a problem's one-time cost, then one submission
+    (its tests one after another, or one test when the judge runs each test on its own)."""
+    tests_in_chain = min(scale.tests, 1) if costs.tests_in_parallel else scale.tests
+    return (
+        nonneg(costs.wall_per_problem)
+        + nonneg(costs.wall_per_submission)
+        + tests_in_chain * nonneg(costs.wall_per_test)
+    )
+
+
+def step_wall_s(costs: Costs, scale: Scale) -> float:
+    """Modelled wall time of judging a step: CPU over the cores' useful time, never below the longest chain."""
+    return max(step_cpu_s(costs, scale) / (scale.cores * scale.efficiency), chain_s(costs, scale))
+
+
+def cores_for(costs: Costs, scale: Scale, target_s: float) -> int:
+    """Cores needed to judge the step within `target_s` at the scale's efficiency (the chain permitting)."""
+    if target_s <= 0:
+        raise ValueError("target_s must be positive")
+    if chain_s(costs, scale) > target_s:
+        raise ValueError("no number of cores judges this step that fast: its longest chain is longer")
+    return max(1, math.ceil(step_cpu_s(costs, scale) / (target_s * scale.efficiency)))
+
+
+def memory_gb(costs: Costs, scale: Scale) -> float:
+    """Memory with one judge in flight per core, each at the slot size (measured peak unless the scale sets it)."""
+    per_slot = scale.memory_per_slot_mb if scale.memory_per_slot_mb is not None else costs.peak_mb
+    return scale.cores * per_slot / 1024
+
+
+def model(judges: list[Costs], floor: str | None, scale: Scale) -> list[StepRow]:
+    """One row per judge at `scale`, each compared with the judge named `floor` (NaN when there is none)."""
+    by_name = {costs.judge: costs for costs in judges}
+    if floor is not None and floor not in by_name:
+        raise ValueError(f"floor {floor!r} is not among the judges")
+    floor_wall = step_wall_s(by_name[floor], scale) if floor is not None else math.nan
+    rows = []
+    for costs in judges:
+        wall = step_wall_s(costs, scale)
+        rows.append(
+            StepRow(
+                judge=costs.judge,
+                cpu_s=step_cpu_s(costs, scale),
+                chain_s=chain_s(costs, scale),
+                wall_s=wall,
+                memory_gb=memory_gb(costs, scale),
+                vs_floor=wall / floor_wall if floor_wall > 0 else math.nan,
+                right=costs.right,
+                note=costs.note,
+            )
+        )
+    return rows
+
+
+def with_workload_peak(judges: list[Costs], floor: str) -> list[Costs]:
+    """Every judge with the floor's peak process size: the same compiler, interpreter or simulator does the work
+    in each (RSS read through nsjail's process tree is not a process's size), 0 (unknown) without a floor."""
+    peak = next((c.peak_mb for c in judges if c.judge == floor), 0.0)
+    return [replace(c, peak_mb=peak) for c in judges]
+
+
+def duration(seconds: float) -> str:
+    """Seconds as a short human duration."""
+    if seconds < 1:
+        return f"{seconds * 1000:.0f} ms"
+    if seconds < 120:
+        return f"{seconds:.1f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.1f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
+def ms(seconds: float, digits: int = 1) -> str:
+    """Seconds as milliseconds; a fitted value below zero is shown as the 0 the model uses, with the fit."""
+    if seconds < 0:
+        return f"0 (fit {seconds * 1000:.{digits}f})"
+    return f"{seconds * 1000:.{digits}f} ms"
+
+
+def costs_table(judges: list[Costs], unit: str, inner: str) -> list[str]:
+    """Markdown rows of the measured inputs: per problem, per `unit` and per `inner` (or no inner column)."""
+    head = f"| judge | CPU / problem | CPU / {unit} |" + (f" CPU / {inner} |" if inner else "")
+    head += f" wall / problem | wall / {unit} |" + (f" wall / {inner} |" if inner else "")
+    head += " largest process | verdicts right |"
+    columns = head.count("|") - 1
+    lines = [head, "|---|" + "---:|" * (columns - 2) + "---|"]
+    for c in judges:
+        cells = [c.judge, ms(c.cpu_per_problem), ms(c.cpu_per_submission)]
+        if inner:
+            cells.append(ms(c.cpu_per_test, 2))
+        cells += [ms(c.wall_per_problem), ms(c.wall_per_submission)]
+        if inner:
+            cells.append(ms(c.wall_per_test, 2))
+        cells += [f"{c.peak_mb:.0f} MB" if c.peak_mb > 0 else "n/a", "yes" if c.right else "**NO**"]
+        lines.append("| " + " | ".join(cells) + " |")
+    return lines
+
+
+def step_table(rows: list[StepRow], scale: Scale, target_s: float, judges: list[Costs]) -> list[str]:
+    """Markdown rows of the modelled step for each judge."""
+    by_name = {c.judge: c for c in judges}
+    lines = [
+        f"| judge | CPU for the step | wall on {scale.cores} cores | vs floor | longest chain | "
+        f"cores to judge in {duration(target_s)} | memory, {scale.cores} in flight |",
+        "|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for row in rows:
+        try:
+            need = f"{cores_for(by_name[row.judge], scale, target_s):,}"
+        except ValueError:
+            need = "none (chain too long)"
+        lines.append(
+            f"| {row.judge} | {row.cpu_s / 3600:.2f} core-h | **{duration(row.wall_s)}** | "
+            f"{'n/a' if math.isnan(row.vs_floor) else f'{row.vs_floor:.1f}x'} | {duration(row.chain_s)} | {need} | "
+            f"{f'{row.memory_gb:.1f} GB' if row.memory_gb > 0 else 'n/a'} |"
+        )
+    return lines
+
+
+def assumptions(scale: Scale, verilog_scale: Scale) -> list[str]:
+    """The model's assumptions as Markdown bullets."""
+    slot = (
+        f"{scale.memory_per_slot_mb:.0f} MB per slot (set)"
+        if scale.memory_per_slot_mb is not None
+        else "one judge in flight per core, each the size of the largest single process measured for it"
+    )
+    return [
+        f"- Code step: {scale.prompts} prompts x {scale.samples} samples x {scale.tests} tests = "
+        f"{scale.prompts * scale.samples:,} submissions, {scale.prompts * scale.samples * scale.tests:,} test runs. "
+        f"Verilog step: {verilog_scale.prompts} problems x {verilog_scale.samples} designs = "
+        f"{verilog_scale.prompts * verilog_scale.samples:,} verdicts, each problem's reference measured once.",
+        f"- Host: {scale.cores} cores all given to judging, parallel efficiency {scale.efficiency:.2f}. CPU time is "
+        "what scales: wall = CPU-seconds / (cores x efficiency), never below the longest chain (a problem's "
+        "one-time cost plus one submission, its tests in sequence for Proctor and the floor, one test for a "
+        "process-per-test judge).",
+        f"- Memory: {slot}.",
+        "- Every sample is a distinct program (no cache hits) and is judged in full; code problems have no "
+        "per-problem cost (stdio tests); compile cost is per submission (per test for SandboxFusion-style, which "
+        "compiles in every test's fresh sandbox).",
+        "- Measured on the machine below, scored in-process (no HTTP or pool-worker hop); 2 shared cores say "
+        "what each judge costs in CPU and how the judges compare, not how 64 concurrent jails contend in the "
+        "kernel (namespace, mount and cgroup set-up) or for memory bandwidth: the efficiency stands in for that.",
+    ]
+
+
+# -- saving and loading measurements ------------------------------------------------------------------------
+
+
+def dump_inputs(measured: dict[str, Any]) -> str:
+    """The measurements as JSON (costs as plain dicts)."""
+    out = dict(measured)
+    for key in ("code_cpp", "code_python", "verilog"):
+        out[key] = [asdict(c) for c in measured[key]]
+    return json.dumps(out, indent=2, sort_keys=True)
+
+
+def load_inputs(text: str) -> dict[str, Any]:
+    """Measurements saved by `dump_inputs`, costs rebuilt."""
+    data = json.loads(text)
+    for key in ("code_cpp", "code_python", "verilog"):
+        data[key] = [Costs(**c) for c in data[key]]
+    return data
+
+
+# -- measuring: one phase per fresh process -----------------------------------------------------------------
+
+PR_SET_CHILD_SUBREAPER = 36
+
+# name: (family, language, T1, T2, K) for code; (family, None, Q, k, 0) for Verilog.
+JUDGES: dict[str, dict[str, Any]] = {
+    "cpp:proctor": {"family": "code", "language": "cpp", "t1": 2, "t2": 50, "k": 4},
+    "cpp:sandboxfusion": {"family": "code", "language": "cpp", "t1": 1, "t2": 3, "k": 2},
+    "cpp:bare": {"family": "code", "language": "cpp", "t1": 2, "t2": 50, "k": 4},
+    "python:proctor": {"family": "code", "language": "python", "t1": 2, "t2": 50, "k": 6},
+    "python:sandboxfusion": {"family": "code", "language": "python", "t1": 2, "t2": 20, "k": 3},
+    "python:bare": {"family": "code", "language": "python", "t1": 2, "t2": 50, "k": 6},
+    "verilog:proctor": {"family": "verilog", "q": 6, "k": 5},
+    "verilog:bare": {"family": "verilog", "q": 6, "k": 5},
+}
+LABELS = {
+    "proctor": "Proctor (nsjail, warm)",
+    "sandboxfusion": "process per test, SandboxFusion-style (nsjail)",
+    "bare": "bare floor (unsandboxed)",
+    "verilog:proctor": "Proctor testbench check (nsjail)",
+    "verilog:bare": "bare floor: VerilogEval's flow (unsandboxed)",
+}
+
+
+def bench_module(name: str) -> ModuleType:
+    """bench/<name>.py loaded under a private name (bench/code.py would shadow the standard library's `code`)."""
+    if str(BENCH) not in sys.path:
+        sys.path.insert(0, str(BENCH))  # the bench scripts import their shared `common` module
+    spec = importlib.util.spec_from_file_location(f"bench_{name}", BENCH / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def distinct(source: str, language: str, tag: str) -> str:
+    """The program with a unique trailing comment: every sample of a GRPO group is its own program."""
+    mark = "#" if language == "python" else "//"
+    return f"{source.rstrip()}\n{mark} sample {tag}\n"
+
+
+def code_judge(judge: str, language: str) -> Any:
+    """A function (source, reference) -> whether the judge passed the program on every test."""
+    code = bench_module("code")
+    kind = judge.split(":")[1]
+    if kind == "sandboxfusion":
+        return lambda source, reference: code.sandboxfusion_style_judge(language, source, reference)
+    if kind == "bare":
+        return lambda source, reference: code.bare_judge(language, source, reference)
+    from proctor.engine import prepare
+
+    importlib.import_module("proctor.verifiers.code")
+
+    def proctor(source: str, reference: dict[str, Any]) -> bool:
+        prepared = prepare(
+            {"verifier": "code", "response": code.fenced(source, language), "reference": reference}
+        )
+        verdict = prepared.spec.score(prepared.response, prepared.reference, prepared.options)
+        return verdict.status.value == "ok" and verdict.reward == 1.0
+
+    return proctor
+
+
+def code_phase(judge: str, phase: str, nonce: str) -> dict[str, Any]:
+    """Run one phase of a code judge in this process: the warm-up, then (B, C) K submissions of T1 or T2 tests."""
+    conf = JUDGES[judge]
+    code = bench_module("code")
+    language = conf["language"]
+    program = code.STDIO_CPP if language == "cpp" else code.STDIO_PY
+    full = code.stdio_problem(language)
+
+    def reference(tests: int) -> dict[str, Any]:
+        sliced = dict(full["tests"], cases=full["tests"]["cases"][:tests])
+        return dict(full, tests=sliced)
+
+    run = code_judge(judge, language)
+    right = bool(run(distinct(program, language, f"{nonce}-warm"), reference(conf["t1"])))
+    tests = {"A": 0, "B": conf["t1"], "C": conf["t2"]}[phase]
+    times = []
+    for i in range(0 if phase == "A" else conf["k"]):
+        source = distinct(program, language, f"{nonce}-{phase}-{i}")
+        started = time.perf_counter()
+        right &= bool(run(source, reference(tests)))
+        times.append(time.perf_counter() - started)
+    return {"right": right, "times": times}
+
+
+def verilog_designs(row: dict[str, Any], count: int, tag: str) -> list[tuple[str, float]]:
+    """`count` distinct designs for a problem with the reward each must get: correct and wrong in turn."""
+    out = []
+    for i in range(count):
+        source, want = (row["correct"], 1.0) if i % 2 == 0 else (row["wrong"], 0.0)
+        out.append((distinct(source, "verilog", f"{tag}-{i}"), want))
+    return out
+
+
+def verilog_phase(judge: str, phase: str, nonce: str) -> dict[str, Any]:
+    """One phase of a Verilog judge: a warm-up problem, then Q other problems of 1 (B) or 1+k (C) designs."""
+    conf = JUDGES[judge]
+    verilog = bench_module("verilog")
+    rows = verilog.load_rows()
+    if judge.endswith(":bare"):
+
+        def run(source: str, reference: dict[str, Any]) -> float | None:
+            return verilog.verilogeval(source, reference)
+
+    else:
+
+        def run(source: str, reference: dict[str, Any]) -> float | None:
+            return verilog.proctor(source, reference, ["testbench"])[0]
+
+    warm = rows[0]
+    right = all(run(s, warm["reference"]) == want for s, want in verilog_designs(warm, 1, f"{nonce}-warm"))
+    designs = {"A": 0, "B": 1, "C": 1 + conf["k"]}[phase]
+    first, later = [], []
+    for row in rows[1 : 1 + conf["q"]] if designs else []:
+        for i, (source, want) in enumerate(verilog_designs(row, designs, f"{nonce}-{phase}-{row['id']}")):
+            started = time.perf_counter()
+            right &= run(source, row["reference"]) == want
+            (first if i == 0 else later).append(time.perf_counter() - started)
+    return {"right": right, "first": first, "later": later}
+
+
+def phase_main(judge: str, phase: str, nonce: str) -> None:
+    """The child process: one phase, then close the sandbox backend, then one JSON line on stdout."""
+    family = JUDGES[judge]["family"]
+    out = (code_phase if family == "code" else verilog_phase)(judge, phase, nonce)
+    backends = sys.modules.get("proctor.sandboxes.backends")  # only a judge that used a sandbox loaded it
+    if backends is not None:
+        try:
+            close = getattr(backends.get_backend(None), "close", None)
+            if close is not None:
+                close()  # the warm jails end now, so their CPU is reaped and counted
+        except Exception as error:  # noqa: BLE001 - one that cannot close leaves its orphans to the parent
+            out["close_error"] = repr(error)
+    out["children_peak_mb"] = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+    print(json.dumps(out), flush=True)
+
+
+def become_subreaper() -> None:
+    """Orphans of the phase processes (a jail's daemons) become our children, so their CPU is reaped and counted."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_CHILD_SUBREAPER)")
+
+
+def my_children() -> list[int]:
+    """Pids whose parent is this process (orphans adopted as subreaper included)."""
+    found: list[int] = []
+    for task in Path(f"/proc/{os.getpid()}/task").iterdir():
+        try:
+            found += [int(p) for p in (task / "children").read_text().split()]
+        except OSError:
+            continue
+    return found
+
+
+def reap_orphans(grace_s: float = 10.0) -> int:
+    """Wait for adopted orphans to end (killing by pid any still running after `grace_s`); how many were killed."""
+    deadline = time.monotonic() + grace_s
+    killed = 0
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return killed
+        if pid:
+            continue
+        if time.monotonic() > deadline:
+            for child in my_children():
+                os.kill(child, signal.SIGKILL)
+                killed += 1
+            deadline = math.inf
+        time.sleep(0.05)
+
+
+def run_phase(judge: str, phase: str, nonce: str) -> dict[str, Any]:
+    """One phase in a fresh process: its JSON, plus the CPU-seconds of its whole process tree."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    started = time.perf_counter()
+    done = subprocess.run(
+        [sys.executable, __file__, "--phase", judge, phase, nonce],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
+    killed = reap_orphans()
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if done.returncode != 0:
+        raise SystemExit(f"phase {judge} {phase} failed:\n{done.stderr[-4000:]}")
+    out = json.loads(done.stdout.strip().splitlines()[-1])
+    out["cpu_s"] = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    out["elapsed_s"] = time.perf_counter() - started
+    out["killed_orphans"] = killed
+    return out
+
+
+def code_phase_counts(t1: int, t2: int, k: int) -> list[tuple[int, int]]:
+    """(submissions, tests) judged in code phases A, B, C; the warm-up (one submission of T1 tests) is in each."""
+    return [(1, t1), (1 + k, t1 * (1 + k)), (1 + k, t1 + k * t2)]
+
+
+def verilog_phase_counts(q: int, k: int) -> list[tuple[int, int]]:
+    """(problems, designs) judged in Verilog phases A, B, C; the warm-up problem (one design) is in each."""
+    return [(1, 1), (1 + q, 1 + q), (1 + q, 1 + q * (1 + k))]
+
+
+def fit_repeats(counts: list[tuple[int, int]], cpu: list[list[float]]) -> tuple[float, float, float]:
+    """Median over repeats of the exact fit (fixed, per outer, per inner); `cpu[r]` holds repeat r's A, B, C."""
+    fits = [solve_costs([(o, i, c) for (o, i), c in zip(counts, run, strict=True)]) for run in cpu]
+    fixed, outer, inner = zip(*fits, strict=True)
+    return statistics.median(fixed), statistics.median(outer), statistics.median(inner)
+
+
+def run_phases(judge: str, nonce: str, repeat: int) -> list[dict[str, dict[str, Any]]]:
+    """`repeat` rounds of phases A, B, C of one judge, each phase in a fresh process."""
+    return [{p: run_phase(judge, p, f"{nonce}r{r}") for p in "ABC"} for r in range(repeat)]
+
+
+def measure_code(judge: str, nonce: str, repeat: int) -> tuple[Costs, dict[str, Any]]:
+    """Costs of one code judge: CPU fitted from phases A, B, C, wall from the per-submission medians."""
+    conf = JUDGES[judge]
+    t1, t2, k = conf["t1"], conf["t2"], conf["k"]
+    rounds = run_phases(judge, nonce, repeat)
+    cpu = [[r[p]["cpu_s"] for p in "ABC"] for r in rounds]
+    fixed, per_sub, per_test = fit_repeats(code_phase_counts(t1, t2, k), cpu)
+    m1 = statistics.median(t for r in rounds for t in r["B"]["times"])
+    m2 = statistics.median(t for r in rounds for t in r["C"]["times"])
+    wall_test = (m2 - m1) / (t2 - t1)
+    kind = judge.split(":")[1]
+    costs = Costs(
+        judge=LABELS[kind],
+        cpu_per_problem=0.0,
+        cpu_per_submission=per_sub,
+        cpu_per_test=per_test,
+        wall_per_problem=0.0,
+        wall_per_submission=m1 - wall_test * t1,
+        wall_per_test=wall_test,
+        peak_mb=max(p["children_peak_mb"] for r in rounds for p in r.values()),
+        tests_in_parallel=kind == "sandboxfusion",
+        right=all(p["right"] for r in rounds for p in r.values()),
+        note=f"{repeat}x K={k} submissions of {t1} and {t2} tests",
+    )
+    return costs, {"fixed_cpu_s": fixed, "rounds": rounds}
+
+
+def measure_verilog(judge: str, nonce: str, repeat: int) -> tuple[Costs, dict[str, Any]]:
+    """Costs of one Verilog judge: CPU fitted from phases A, B, C, wall from first and later verdict medians."""
+    conf = JUDGES[judge]
+    q, k = conf["q"], conf["k"]
+    rounds = run_phases(judge, nonce, repeat)
+    cpu = [[r[p]["cpu_s"] for p in "ABC"] for r in rounds]
+    fixed, per_problem, per_design = fit_repeats(verilog_phase_counts(q, k), cpu)
+    first = statistics.median(t for r in rounds for p in "BC" for t in r[p]["first"])
+    later = statistics.median(t for r in rounds for t in r["C"]["later"])
+    costs = Costs(
+        judge=LABELS[judge],
+        cpu_per_problem=per_problem,
+        cpu_per_submission=per_design,
+        cpu_per_test=0.0,
+        wall_per_problem=first - later,
+        wall_per_submission=later,
+        wall_per_test=0.0,
+        peak_mb=max(p["children_peak_mb"] for r in rounds for p in r.values()),
+        right=all(p["right"] for r in rounds for p in r.values()),
+        note=f"{repeat}x Q={q} problems of 1 and {1 + k} designs",
+    )
+    return costs, {"fixed_cpu_s": fixed, "rounds": rounds}
+
+
+def measure(only: set[str] | None = None, repeat: int = 1) -> dict[str, Any]:
+    """Every judge's costs on this machine, with the machine's description and load."""
+    become_subreaper()
+    nonce = uuid.uuid4().hex[:12]  # no cache of an earlier run can answer for these programs
+    load_before = os.getloadavg()
+    started = time.perf_counter()
+    out: dict[str, Any] = {"code_cpp": [], "code_python": [], "verilog": [], "raw": {}}
+    for judge in JUDGES:
+        if only and judge not in only:
+            continue
+        print(f"measuring {judge} ...", file=sys.stderr, flush=True)
+        family = JUDGES[judge]["family"]
+        costs, raw = (measure_code if family == "code" else measure_verilog)(judge, nonce, repeat)
+        key = "verilog" if family == "verilog" else f"code_{JUDGES[judge]['language']}"
+        out[key].append(costs)
+        out["raw"][judge] = raw
+    load_after = os.getloadavg()
+    out["code_cpp"] = with_workload_peak(out["code_cpp"], LABELS["bare"])
+    out["code_python"] = with_workload_peak(out["code_python"], LABELS["bare"])
+    out["verilog"] = with_workload_peak(out["verilog"], LABELS["verilog:bare"])
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True)
+    dirty = subprocess.run(["git", "status", "--porcelain"], cwd=ROOT, capture_output=True, text=True)
+    out["machine"] = {
+        "cores": os.cpu_count(),
+        "python": platform.python_version(),
+        "cpu": cpu_model(),
+        "load_before": list(load_before),
+        "load_after": list(load_after),
+        "measured_s": time.perf_counter() - started,
+        "date": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        "commit": (commit.stdout.strip() or "unknown") + (" (dirty tree)" if dirty.stdout.strip() else ""),
+        "backend": os.environ.get("PROCTOR_SANDBOX_BACKEND", "nsjail (default)"),
+        "repeat": repeat,
+    }
+    return out
+
+
+def cpu_model() -> str:
+    """The CPU's model name from /proc/cpuinfo, or 'unknown'."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return "unknown"
+
+
+# -- the report ---------------------------------------------------------------------------------------------
+
+
+def report(measured: dict[str, Any], scale: Scale, verilog_scale: Scale, target_s: float) -> str:
+    """The Markdown report: inputs measured, then the modelled step for code (C++, Python) and Verilog."""
+    m = measured["machine"]
+    lines = [
+        f"## GRPO step model: judging one step on a {scale.cores}-core host ({m['date']}, commit {m['commit']})",
+        "",
+        f"Measured on {m['cores']} cores ({m['cpu']}), Python {m['python']}, sandbox backend {m['backend']}; "
+        f"1/5/15-min load average {'/'.join(f'{x:.1f}' for x in m['load_before'])} before and "
+        f"{'/'.join(f'{x:.1f}' for x in m['load_after'])} after ({m['measured_s']:.0f} s of measuring). "
+        "CPU-seconds: the fitted cost of each phase's whole process tree; wall: medians per submission on this "
+        "shared machine. Reproduce: `.venv/bin/python bench/grpo_step_model.py --save m.json`, then "
+        "`--inputs m.json` with other `--prompts/--samples/--tests/--cores/--efficiency`.",
+        "",
+        "Assumptions:",
+        "",
+        *assumptions(scale, verilog_scale),
+        "",
+    ]
+    for key, title in (("code_cpp", "C++ stdio"), ("code_python", "Python stdio")):
+        judges = measured[key]
+        if not judges:
+            continue
+        floor = LABELS["bare"] if any(c.judge == LABELS["bare"] for c in judges) else None
+        lines += [
+            f"**Code, {title}: measured inputs** (per submission includes the compile and the jail set-up):",
+            "",
+            *costs_table(judges, "submission", "test"),
+            "",
+            f"**Code, {title}: one step** ({scale.prompts} x {scale.samples} x {scale.tests} tests):",
+            "",
+            *step_table(model(judges, floor, scale), scale, target_s, judges),
+            "",
+        ]
+        bare = next((c for c in judges if c.judge == LABELS["bare"]), None)
+        if bare is not None and key == "code_cpp":
+            lines += [
+                f"The compile per submission (`g++ -O2`, the floor's per-submission cost) is "
+                f"{ms(bare.cpu_per_submission)} CPU; every sandboxed judge pays it too, SandboxFusion-style once "
+                "per test.",
+                "",
+            ]
+        if bare is not None and key == "code_python":
+            lines += [
+                "The Python floor starts a fresh interpreter per test (bench/code.py's bare judge), so a judge "
+                "that forks a warm interpreter per test, as Proctor does, can cost less than this floor.",
+                "",
+            ]
+    if measured["verilog"]:
+        judges = measured["verilog"]
+        floor = LABELS["verilog:bare"] if any(c.judge == LABELS["verilog:bare"] for c in judges) else None
+        lines += [
+            "**Verilog: measured inputs** (per problem: the reference's one-time measurement; per design: one "
+            "testbench verdict):",
+            "",
+            *costs_table(judges, "design", ""),
+            "",
+            f"**Verilog: one step** ({verilog_scale.prompts} problems x {verilog_scale.samples} designs):",
+            "",
+            *step_table(model(judges, floor, verilog_scale), verilog_scale, target_s, judges),
+            "",
+        ]
+    wrong = [c.judge for key in ("code_cpp", "code_python", "verilog") for c in measured[key] if not c.right]
+    if wrong:
+        lines += [
+            f"**Some verdicts were wrong** (these rows measure a broken judge): {', '.join(wrong)}.",
+            "",
+        ]
+    return "\n".join(lines)
+
+
+def main() -> None:
+    """Measure (or load) the costs, print the model; `--phase` is the internal child-process entry."""
+    if len(sys.argv) == 5 and sys.argv[1] == "--phase":
+        phase_main(*sys.argv[2:5])
+        return
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--inputs", type=Path, help="model from measurements saved with --save; measure nothing"
+    )
+    parser.add_argument("--save", type=Path, help="write the measurements to this JSON file")
+    parser.add_argument(
+        "--repeat", type=int, default=1, help="rounds of phases per judge; fitted costs are their medians"
+    )
+    parser.add_argument("--only", nargs="*", choices=list(JUDGES), help="measure only these judges")
+    parser.add_argument("--prompts", type=int, default=512, help="prompts per code step")
+    parser.add_argument("--samples", type=int, default=16, help="samples per prompt")
+    parser.add_argument("--tests", type=int, default=50, help="tests per code submission")
+    parser.add_argument("--verilog-prompts", type=int, default=512, help="problems per Verilog step")
+    parser.add_argument("--verilog-samples", type=int, default=16, help="designs per Verilog problem")
+    parser.add_argument("--cores", type=int, default=64, help="cores given to judging on the modelled host")
+    parser.add_argument("--efficiency", type=float, default=0.75, help="parallel efficiency at full load")
+    parser.add_argument(
+        "--memory-per-slot-mb", type=float, help="memory per judge in flight (default: measured)"
+    )
+    parser.add_argument("--target-s", type=float, default=60.0, help="step judging time for the cores column")
+    args = parser.parse_args()
+    scale = Scale(
+        args.prompts, args.samples, args.tests, args.cores, args.efficiency, args.memory_per_slot_mb
+    )
+    verilog_scale = Scale(
+        args.verilog_prompts, args.verilog_samples, 0, args.cores, args.efficiency, args.memory_per_slot_mb
+    )
+    if args.inputs is not None:
+        measured = load_inputs(args.inputs.read_text())
+    else:
+        measured = measure(set(args.only) if args.only else None, args.repeat)
+        if args.save is not None:
+            args.save.write_text(dump_inputs(measured) + "\n")
+    print(report(measured, scale, verilog_scale, args.target_s))
+
+
+if __name__ == "__main__":
+    main()
