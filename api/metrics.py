@@ -5,12 +5,17 @@ Each app has its own CollectorRegistry. With several uvicorn workers `serve()` s
 before the workers start; prometheus_client then keeps values in per-process files and `/metrics`, answered by
 any one worker, sums counters and histograms over all of them. Gauges use `livesum`: the pool, admission and
 sandbox gauges are the sum over live workers, refreshed by each worker every second.
+
+`proctor_host_budget` shows the settings sized per host (PROCTOR_MAX_CONCURRENCY, PROCTOR_POOL_WORKERS, ...) as
+the operator gave them, and `proctor_worker_budget` each worker's share of them (one series per worker, by pid,
+with several workers); `sum by (setting)` of the shares is what the host runs.
 """
 
 from __future__ import annotations
 
 import os
 import time
+from collections.abc import Mapping
 from typing import Any
 
 from prometheus_client import (
@@ -105,6 +110,8 @@ class Metrics:
             ["verdict"],
             registry=reg,
         )
+        self.host_budget: Gauge | None = None  # made by show_budget: only a served app knows its share
+        self.worker_budget: Gauge | None = None
         self.redis_up: Gauge | None = None  # made by watch_redis: only a service that uses Redis shows it
         self.redis_errors = Counter(
             "proctor_redis_errors",
@@ -160,6 +167,31 @@ class Metrics:
     def observe_sandbox_result(self, result: Result) -> None:
         """Count one finished sandbox job by its verdict (called from the sandbox pool's threads)."""
         self.sandbox_jobs.labels(result.verdict.value).inc()
+
+    def show_budget(self, workers: int, host: Mapping[str, int], share: Mapping[str, int]) -> None:
+        """Show the host's budget (the per-host settings and the number of uvicorn workers) and this worker's
+        share of it (proctor.api.server splits it)."""
+        if self.host_budget is None or self.worker_budget is None:
+            self.host_budget = Gauge(
+                "proctor_host_budget",
+                "Settings sized per host, as the operator gave them (setting=workers: uvicorn workers).",
+                ["setting"],
+                multiprocess_mode="livemax",
+                registry=self.registry,
+            )
+            self.worker_budget = Gauge(
+                "proctor_worker_budget",
+                "This uvicorn worker's share of each per-host setting (with several workers: one series per "
+                "worker, by pid; their sum is what the host runs).",
+                ["setting"],
+                multiprocess_mode="liveall",
+                registry=self.registry,
+            )
+        self.host_budget.labels("workers").set(workers)
+        for name, value in host.items():
+            self.host_budget.labels(name).set(value)
+        for name, value in share.items():
+            self.worker_budget.labels(name).set(value)
 
     # -- RedisObserver (proctor.redis_backend): called from any thread, never blocking --------------------
 

@@ -1,17 +1,51 @@
-"""Run the service with uvicorn: refuse an open bind without a token, share settings with worker processes."""
+"""Run the service with uvicorn: refuse an open bind without a token, share settings with worker processes, and
+split the host's budget among them.
+
+The admission lanes, the verifier pool, the sandbox pool and their queues are sized per host: with
+`--workers N` each uvicorn worker takes a share of every setting in HOST_SETTINGS (split_budget: shares differ
+by at most one and add up to the setting; a share is never below the setting's own minimum, so a setting
+smaller than N, say PROCTOR_POOL_WORKERS=1 with 2 workers, gives each worker 1). Which share a worker takes
+depends on the slot it holds: serve() makes a directory of N lock files and each worker locks the first free one
+(flock) for its lifetime. A worker that dies frees its slot (the kernel drops the lock) and uvicorn's
+replacement takes it, so the shares keep adding up to the host's budget.
+"""
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import ipaddress
+import logging
 import os
 import shutil
 import tempfile
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from proctor.api.metrics import MULTIPROC_ENV
 from proctor.api.protocol import HTTP_PROTOCOL
-from proctor.settings import Settings
+from proctor.settings import Settings, get_settings
 
-APP_FACTORY = "proctor.api.app:create_app"
+if TYPE_CHECKING:
+    from fastapi import FastAPI
+
+log = logging.getLogger(__name__)
+
+APP_FACTORY = "proctor.api.server:create_worker_app"
+HOST_SETTINGS: tuple[str, ...] = (
+    "max_concurrency",
+    "max_queue",
+    "max_inline_concurrency",
+    "max_inline_queue",
+    "pool_workers",
+    "pool_queue",
+    "sandbox_workers",
+    "sandbox_queue",
+)
+"""Settings that are a budget for the whole host, split among the uvicorn workers."""
+SLOTS_ENV = "_PROCTOR_WORKER_SLOTS"
+"""The directory of the workers' slot lock files, set by serve() for its uvicorn workers (not a setting)."""
 LOG_LEVELS = ("critical", "error", "warning", "info", "debug", "trace")
 GRACEFUL_SHUTDOWN_S = 10
 KEEP_ALIVE_S = 5
@@ -51,6 +85,146 @@ def export_settings(settings: Settings) -> None:
             os.environ[key] = str(value)
 
 
+def split_budget(total: int, parts: int, minimum: int = 0) -> list[int]:
+    """`total` split into `parts` shares that differ by at most one (the larger ones first), each at least
+    `minimum`; they add up to `total` unless `total` is below `parts * minimum`."""
+    if parts < 1 or total < 0 or minimum < 0:
+        raise ValueError(f"cannot split {total} into {parts} parts of at least {minimum}")
+    base, extra = divmod(total, parts)
+    return [max(minimum, base + (1 if index < extra else 0)) for index in range(parts)]
+
+
+def setting_minimum(name: str) -> int:
+    """The smallest value Settings accepts for `name` (its `ge` bound; 0 without one)."""
+    for rule in Settings.model_fields[name].metadata:
+        bound = getattr(rule, "ge", None)
+        if isinstance(bound, int):
+            return bound
+    return 0
+
+
+@dataclass(frozen=True)
+class WorkerBudget:
+    """One uvicorn worker's share of the host's budget: its slot (None: it found none free), the number of
+    workers, and each HOST_SETTINGS value for the host and for this worker."""
+
+    slot: int | None
+    workers: int
+    host: Mapping[str, int]
+    share: Mapping[str, int]
+
+    def report(self) -> dict[str, Any]:
+        """The budget as /healthz shows it."""
+        return {
+            "slot": self.slot,
+            "workers": self.workers,
+            "host": dict(self.host),
+            "share": dict(self.share),
+        }
+
+
+def worker_budget(host: Settings, slot: int | None) -> WorkerBudget:
+    """The share of worker `slot` of `host.workers`; a worker without a slot takes the smallest share."""
+    index = host.workers - 1 if slot is None else slot
+    if not 0 <= index < host.workers:
+        raise ValueError(f"slot {slot} is not one of {host.workers} workers")
+    totals = {name: int(getattr(host, name)) for name in HOST_SETTINGS}
+    share = {
+        name: split_budget(total, host.workers, setting_minimum(name))[index]
+        for name, total in totals.items()
+    }
+    return WorkerBudget(slot, host.workers, totals, share)
+
+
+_current: WorkerBudget | None = None
+
+
+def budget_report(settings: Settings) -> dict[str, Any]:
+    """This process's budget for /healthz: the share it took when serve() started it, else (an app built
+    in-process) the whole of `settings`."""
+    if _current is not None:
+        return _current.report()
+    totals = {name: int(getattr(settings, name)) for name in HOST_SETTINGS}
+    return WorkerBudget(0, 1, totals, totals).report()
+
+
+_held_slot: list[
+    int
+] = []  # the descriptor whose lock is this process's slot: open as long as the process lives
+
+
+def claim_slot(directory: str, workers: int) -> int | None:
+    """Lock the first free of `workers` slot files in `directory` for the life of this process; None if all are
+    held (a rolling restart: the old worker still holds its slot while its replacement starts)."""
+    for slot in range(workers):
+        # O_CLOEXEC: a child (a pool worker, a sandbox) must not inherit the descriptor and with it the lock.
+        fd = os.open(
+            os.path.join(directory, f"worker-{slot}.lock"), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600
+        )
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            continue
+        _forget_dead_holder(fd)
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, str(os.getpid()).encode(), 0)
+        _held_slot.append(fd)
+        return slot
+    return None
+
+
+def _forget_dead_holder(fd: int) -> None:
+    """Drop the live gauges of the slot's previous holder if it died without doing so (SIGKILL, a crash), so
+    /metrics stops adding a dead worker's pool and admission figures to the live ones."""
+    with contextlib.suppress(OSError, ValueError):
+        previous = int(os.pread(fd, 32, 0) or b"0")
+        if (
+            previous > 0
+            and previous != os.getpid()
+            and not _alive(previous)
+            and os.environ.get(MULTIPROC_ENV)
+        ):
+            from prometheus_client import multiprocess
+
+            multiprocess.mark_process_dead(previous)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's process now has that pid
+        return True
+    return True
+
+
+def create_worker_app() -> FastAPI:
+    """uvicorn's app factory in each worker process: claim a slot, take its share of the host's budget, build the
+    app with it."""
+    global _current
+    from proctor.api.app import create_app
+
+    host = get_settings()  # the host's settings, as serve() exported them
+    directory = os.environ.get(SLOTS_ENV)
+    slot = claim_slot(directory, host.workers) if directory else None
+    if slot is None:
+        log.warning(
+            "no free worker slot (a rolling restart, or started outside `proctor serve`): this worker takes the "
+            "smallest share of the host's budget, so the host may run one share over it for a while"
+        )
+    budget = worker_budget(host, slot)
+    settings = host.model_copy(update=dict(budget.share))
+    # Code that reads the process-wide settings (get_settings) and the pool's worker processes see the share too.
+    export_settings(settings)
+    get_settings.cache_clear()
+    _current = budget
+    app = create_app(settings)
+    app.state.proctor.metrics.show_budget(budget.workers, budget.host, budget.share)
+    return app
+
+
 def serve(settings: Settings) -> None:
     """Serve until interrupted; with workers > 1 each uvicorn worker builds its own app from the environment."""
     check_bind(settings)
@@ -68,16 +242,35 @@ def serve(settings: Settings) -> None:
     if settings.workers == 1:
         from proctor.api.app import create_app
 
-        uvicorn.run(create_app(settings), **common)
+        app = create_app(settings)
+        totals = {name: int(getattr(settings, name)) for name in HOST_SETTINGS}
+        app.state.proctor.metrics.show_budget(1, totals, totals)
+        uvicorn.run(app, **common)
         return
+    for name in HOST_SETTINGS:
+        total, minimum = int(getattr(settings, name)), setting_minimum(name)
+        if total < settings.workers * minimum:
+            log.warning(
+                "PROCTOR_%s=%d is less than %d workers x %d: each worker takes %d, %d on this host",
+                name.upper(),
+                total,
+                settings.workers,
+                minimum,
+                minimum,
+                settings.workers * minimum,
+            )
     # Counters and histograms from every worker are summed through files in this directory (metrics.py).
-    created = None
+    metrics_dir = None
     if not os.environ.get(MULTIPROC_ENV):
-        created = tempfile.mkdtemp(prefix="proctor-metrics-")
-        os.environ[MULTIPROC_ENV] = created
+        metrics_dir = tempfile.mkdtemp(prefix="proctor-metrics-")
+        os.environ[MULTIPROC_ENV] = metrics_dir
+    slots_dir = tempfile.mkdtemp(prefix="proctor-slots-")  # the workers' slot locks (claim_slot)
+    os.environ[SLOTS_ENV] = slots_dir
     try:
         uvicorn.run(APP_FACTORY, factory=True, workers=settings.workers, **common)
     finally:
-        if created is not None:
-            shutil.rmtree(created, ignore_errors=True)
+        shutil.rmtree(slots_dir, ignore_errors=True)
+        os.environ.pop(SLOTS_ENV, None)
+        if metrics_dir is not None:
+            shutil.rmtree(metrics_dir, ignore_errors=True)
             os.environ.pop(MULTIPROC_ENV, None)
