@@ -227,13 +227,6 @@ def model(judges: list[Costs], floor: str | None, scale: Scale) -> list[StepRow]
     return rows
 
 
-def with_workload_peak(judges: list[Costs], floor: str) -> list[Costs]:
-    """Every judge with the floor's peak process size: the same compiler, interpreter or simulator does the work
-    in each (RSS read through nsjail's process tree is not a process's size), 0 (unknown) without a floor."""
-    peak = next((c.peak_mb for c in judges if c.judge == floor), 0.0)
-    return [replace(c, peak_mb=peak) for c in judges]
-
-
 def duration(seconds: float) -> str:
     """Seconds as a short human duration."""
     if seconds < 1:
@@ -275,17 +268,20 @@ def step_table(rows: list[StepRow], scale: Scale, target_s: float, judges: list[
     """Markdown rows of the modelled step for each judge."""
     by_name = {c.judge: c for c in judges}
     lines = [
-        f"| judge | CPU for the step | wall on {scale.cores} cores | vs floor | longest chain | "
-        f"cores to judge in {duration(target_s)} | memory, {scale.cores} in flight |",
-        "|---|---:|---:|---:|---:|---:|---:|",
+        f"| judge | CPU for the step | wall on {scale.cores} cores | at efficiency 1.0 to 0.5 | vs floor | "
+        f"longest chain | cores to judge in {duration(target_s)} | memory, {scale.cores} in flight |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for row in rows:
         try:
             need = f"{cores_for(by_name[row.judge], scale, target_s):,}"
         except ValueError:
             need = "none (chain too long)"
+        best = step_wall_s(by_name[row.judge], replace(scale, efficiency=1.0))
+        worst = step_wall_s(by_name[row.judge], replace(scale, efficiency=0.5))
         lines.append(
             f"| {row.judge} | {row.cpu_s / 3600:.2f} core-h | **{duration(row.wall_s)}** | "
+            f"{duration(best)} to {duration(worst)} | "
             f"{'n/a' if math.isnan(row.vs_floor) else f'{row.vs_floor:.1f}x'} | {duration(row.chain_s)} | {need} | "
             f"{f'{row.memory_gb:.1f} GB' if row.memory_gb > 0 else 'n/a'} |"
         )
@@ -297,7 +293,8 @@ def assumptions(scale: Scale, verilog_scale: Scale) -> list[str]:
     slot = (
         f"{scale.memory_per_slot_mb:.0f} MB per slot (set)"
         if scale.memory_per_slot_mb is not None
-        else "one judge in flight per core, each the size of the largest single process measured for it"
+        else "one judge in flight per core, each the size of the largest single process measured in its tree "
+        "(the compiler, the interpreter, iverilog or vvp); idle warm slots and the service itself not counted"
     )
     return [
         f"- Code step: {scale.prompts} prompts x {scale.samples} samples x {scale.tests} tests = "
@@ -624,9 +621,6 @@ def measure(only: set[str] | None = None, repeat: int = 1) -> dict[str, Any]:
         out[key].append(costs)
         out["raw"][judge] = raw
     load_after = os.getloadavg()
-    out["code_cpp"] = with_workload_peak(out["code_cpp"], LABELS["bare"])
-    out["code_python"] = with_workload_peak(out["code_python"], LABELS["bare"])
-    out["verilog"] = with_workload_peak(out["verilog"], LABELS["verilog:bare"])
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True)
     dirty = subprocess.run(["git", "status", "--porcelain"], cwd=ROOT, capture_output=True, text=True)
     out["machine"] = {
@@ -638,6 +632,12 @@ def measure(only: set[str] | None = None, repeat: int = 1) -> dict[str, Any]:
         "measured_s": time.perf_counter() - started,
         "date": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
         "commit": (commit.stdout.strip() or "unknown") + (" (dirty tree)" if dirty.stdout.strip() else ""),
+        # the judges' own code, uncommitted: the figures measure the working tree, not the commit
+        "dirty_judge_files": sorted(
+            line[3:]
+            for line in dirty.stdout.splitlines()
+            if line[3:].startswith(("sandboxes/", "verifiers/code/", "verifiers/verilog/"))
+        ),
         "backend": os.environ.get("PROCTOR_SANDBOX_BACKEND", "nsjail (default)"),
         "repeat": repeat,
     }
@@ -666,8 +666,14 @@ def report(measured: dict[str, Any], scale: Scale, verilog_scale: Scale, target_
         "",
         f"Measured on {m['cores']} cores ({m['cpu']}), Python {m['python']}, sandbox backend {m['backend']}; "
         f"1/5/15-min load average {'/'.join(f'{x:.1f}' for x in m['load_before'])} before and "
-        f"{'/'.join(f'{x:.1f}' for x in m['load_after'])} after ({m['measured_s']:.0f} s of measuring). "
-        "CPU-seconds: the fitted cost of each phase's whole process tree; wall: medians per submission on this "
+        f"{'/'.join(f'{x:.1f}' for x in m['load_after'])} after ({m['measured_s']:.0f} s of measuring, "
+        f"{m.get('repeat', 1)} round(s) of phases per judge). "
+        + (
+            f"Uncommitted judge code measured: {', '.join(m['dirty_judge_files'])}. "
+            if m.get("dirty_judge_files")
+            else ""
+        )
+        + "CPU-seconds: the fitted cost of each phase's whole process tree; wall: medians per submission on this "
         "shared machine. Reproduce: `.venv/bin/python bench/grpo_step_model.py --save m.json`, then "
         "`--inputs m.json` with other `--prompts/--samples/--tests/--cores/--efficiency`.",
         "",
