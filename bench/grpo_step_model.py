@@ -337,6 +337,7 @@ def load_inputs(text: str) -> dict[str, Any]:
 # -- measuring: one phase per fresh process -----------------------------------------------------------------
 
 PR_SET_CHILD_SUBREAPER = 36
+PHASE_TIMEOUT_S = 600  # a hung judge stops the run instead of holding the shared machine
 
 # name: (family, language, T1, T2, K) for code; (family, None, Q, k, 0) for Verilog.
 JUDGES: dict[str, dict[str, Any]] = {
@@ -370,9 +371,17 @@ def bench_module(name: str) -> ModuleType:
 
 
 def distinct(source: str, language: str, tag: str) -> str:
-    """The program with a unique trailing comment: every sample of a GRPO group is its own program."""
-    mark = "#" if language == "python" else "//"
-    return f"{source.rstrip()}\n{mark} sample {tag}\n"
+    """The program with an unused constant holding `tag`: every sample of a GRPO group is its own program, in
+    its code and not only in a comment (a cache keyed on preprocessed or comment-stripped text misses too)."""
+    body = source.rstrip()
+    if language == "python":
+        return f'{body}\nSAMPLE_TAG = "{tag}"\n'
+    if language == "verilog":
+        head, end, tail = body.rpartition("endmodule")
+        if not end:
+            raise ValueError("a Verilog design without endmodule")
+        return f'{head}  localparam SAMPLE_TAG = "{tag}";\nendmodule{tail}\n'
+    return f'{body}\nstatic const char SAMPLE_TAG[] = "{tag}";\n'
 
 
 def code_judge(judge: str, language: str) -> Any:
@@ -514,12 +523,17 @@ def run_phase(judge: str, phase: str, nonce: str) -> dict[str, Any]:
     """One phase in a fresh process: its JSON, plus the CPU-seconds of its whole process tree."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.perf_counter()
-    done = subprocess.run(
-        [sys.executable, __file__, "--phase", judge, phase, nonce],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-    )
+    try:
+        done = subprocess.run(
+            [sys.executable, __file__, "--phase", judge, phase, nonce],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=PHASE_TIMEOUT_S,
+        )
+    except subprocess.TimeoutExpired as error:
+        reap_orphans(0.0)
+        raise SystemExit(f"phase {judge} {phase} ran past {PHASE_TIMEOUT_S} s") from error
     killed = reap_orphans()
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if done.returncode != 0:
@@ -699,10 +713,18 @@ def report(measured: dict[str, Any], scale: Scale, verilog_scale: Scale, target_
         ]
         bare = next((c for c in judges if c.judge == LABELS["bare"]), None)
         if bare is not None and key == "code_cpp":
+            proctor = next((c for c in judges if c.judge == LABELS["proctor"]), None)
+            above = (
+                f" Proctor's per-submission cost above it (jail set-up, compile in the jail, the verifier): "
+                f"{ms(proctor.cpu_per_submission - bare.cpu_per_submission)}; per test "
+                f"{ms(proctor.cpu_per_test - bare.cpu_per_test, 2)} above the floor's run."
+                if proctor is not None
+                else ""
+            )
             lines += [
                 f"The compile per submission (`g++ -O2`, the floor's per-submission cost) is "
                 f"{ms(bare.cpu_per_submission)} CPU; every sandboxed judge pays it too, SandboxFusion-style once "
-                "per test.",
+                f"per test.{above}",
                 "",
             ]
         if bare is not None and key == "code_python":
