@@ -34,9 +34,9 @@ Assumptions of the model (printed with the table):
   CPU-seconds divided by the cores given to judging times a parallel efficiency (default 0.75: cores lost to the
   kernel's namespace, mount and cgroup set-up under contention, memory bandwidth, the service itself). Wall times
   measured on 2 shared cores include waiting for a CPU and are shown for latency only.
-- No step is faster than its longest chain: Proctor runs a submission's tests one after another in one jail, a
-  process-per-test judge can spread them over cores, so the chain is the submission (or one test) plus the
-  problem's one-time cost.
+- No step is faster than its longest chain: Proctor and the floor are taken to run a submission's tests one
+  after another, a process-per-test judge to spread them over cores, so the chain is the submission (or one
+  test) plus the problem's one-time cost. At 8,192 submissions on 64 cores the chain never decides.
 - Memory: one judge in flight per core, each at most the largest single process measured (the compiler for C++,
   iverilog for Verilog), unless `--memory-per-slot-mb` says otherwise.
 - Every sample is a distinct program (no cache hits), all are judged (no early stop), code problems have no
@@ -46,7 +46,8 @@ What a 2-core measurement can say: the CPU cost of each step of each judge, on t
 their ratios, which hold on any host with similar cores. What it cannot: how the kernel's namespace and cgroup
 set-up, fork and mount locks, and memory bandwidth behave with 64 jails at once (the efficiency flag stands in),
 per-core speed of another machine, the service's HTTP and pool-worker hops (scored in-process here), and the
-noise of a shared machine (read the load average in the report).
+noise of a shared machine: wall times wait for a CPU, and CPU-seconds themselves grow somewhat when other work
+shares the caches (read the load average in the report; `--repeat` takes medians over rounds).
 """
 
 from __future__ import annotations
@@ -513,8 +514,11 @@ def reap_orphans(grace_s: float = 10.0) -> int:
             continue
         if time.monotonic() > deadline:
             for child in my_children():
-                os.kill(child, signal.SIGKILL)
-                killed += 1
+                try:
+                    os.kill(child, signal.SIGKILL)
+                    killed += 1
+                except ProcessLookupError:
+                    pass  # it ended between the listing and the signal
             deadline = math.inf
         time.sleep(0.05)
 
