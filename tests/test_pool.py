@@ -75,7 +75,9 @@ def test_overrun_is_a_timeout_and_the_worker_is_replaced(pool, response):
     elapsed = time.monotonic() - started
     assert verdict.status is Status.timeout
     assert verdict.reason == "deadline_exceeded"
-    assert elapsed < 0.5 + 5.0  # bounded: the deadline is enforced by killing, not by waiting for the worker
+    # A hang guard, not a timing check: the item sleeps or spins for 60 s, and killing at the deadline ends
+    # it long before that even on a loaded machine.
+    assert elapsed < 30.0
     after = worker_pids(pool)
     assert len(after - before) == 1, "exactly the killed worker is replaced by a new process"
     assert run(pool, "ok").reward == 1.0

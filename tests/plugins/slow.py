@@ -1,4 +1,4 @@
-"""Test-only verifiers that misbehave on purpose: they sleep, spin, crash, raise or eat memory in the pool."""
+"""Test-only verifiers that misbehave on purpose: they sleep, nap, spin, crash, raise or eat memory in the pool."""
 
 from __future__ import annotations
 
@@ -24,6 +24,15 @@ def _misbehave(response: str, reference: str, options: object) -> Verdict:
         return Verdict.right(size=len(blob))
     elif response == "pid":
         return Verdict.right(pid=os.getpid())
+    elif (
+        response == "nap"
+    ):  # a short, countable piece of work: the fault tests kill workers in the middle of it
+        log = os.environ.get("TEST_MISBEHAVE_RUN_LOG")
+        if log:
+            with open(log, "a") as runs:
+                runs.write(f"{reference} {os.getpid()}\n")
+        time.sleep(0.3)
+        return Verdict.right(pid=os.getpid())
     return Verdict.right() if response == reference else Verdict.wrong("mismatch")
 
 
@@ -33,7 +42,7 @@ register_verifier(
         version="1",
         score=_misbehave,
         reference=str,
-        description="Test-only: sleeps, spins, crashes, raises or allocates on request.",
+        description="Test-only: sleeps, naps, spins, crashes, raises or allocates on request.",
         execution="pool",
         deadline_s=1.0,
     )
