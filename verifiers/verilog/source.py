@@ -8,6 +8,7 @@ in the sandbox), so a macro cannot assemble a forbidden construct that the raw t
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -79,8 +80,24 @@ class Token:
     start: int
 
 
+# A problem's testbench and reference are tokenized by every request (validation, the harness, renaming):
+# texts up to this size are kept, the last few of them, so a training run tokenizes each about once.
+CACHED_TEXT = 32 * 1024
+
+
 def tokenize(source: str) -> list[Token]:
     """Every token of `source`, whitespace and comments included, in order (their texts join to the source)."""
+    if len(source) <= CACHED_TEXT:
+        return list(_tokenize_cached(source))
+    return _tokenize(source)
+
+
+@functools.lru_cache(maxsize=32)
+def _tokenize_cached(source: str) -> tuple[Token, ...]:
+    return tuple(_tokenize(source))
+
+
+def _tokenize(source: str) -> list[Token]:
     tokens = []
     for match in _TOKEN.finditer(source):
         kind = match.lastgroup or "op"

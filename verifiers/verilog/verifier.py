@@ -37,6 +37,7 @@ reference: yosys reads it for `formal` alone, its testbench runs for `testbench`
 from __future__ import annotations
 
 import base64
+import functools
 import hashlib
 import json
 import re
@@ -61,7 +62,7 @@ from proctor.sandboxes.job import (
     SandboxFailure,
 )
 from proctor.settings import get_settings, within_max_cpu_s, within_max_memory_mb
-from proctor.verifiers.verilog import formal
+from proctor.verifiers.verilog import fastgate, formal, jails
 from proctor.verifiers.verilog.harness import (
     HARNESS_MODULE,
     SECRET_ARG,
@@ -95,10 +96,13 @@ REF_TOP = "RefModule"
 CAND_PREFIX = "proctor_c_"
 REF_COPY_PREFIX = "proctor_r_"
 GOLD_PREFIX = "proctor_g_"
+HARNESS_TOP = "proctor_harness"
 IVERILOG = "/usr/bin/iverilog"
 VVP = "/usr/bin/vvp"
 YOSYS = "/usr/bin/yosys"
 YOSYS_ABC = "/usr/bin/yosys-abc"
+SH = "/bin/sh"
+GREP = "/usr/bin/grep"
 MIB = 1024 * 1024
 MAX_SOURCE = 1 * MIB
 TOOL_LIMITS = RunLimits(cpu_s=20.0, memory_mb=1024, processes=16, output_bytes=4 * MIB, file_size_mb=64)
@@ -301,7 +305,12 @@ def run_job(
         keep_going=True,
         fetch=list(fetch),
     )
-    result = resolve_backend(None).run(job)
+    backend = resolve_backend(None)
+    # A warm jail where the backend has them (no fresh jail per tool run); else, or when no warm jail can
+    # take the job, a fresh jail per command as before.
+    result = jails.POOL.run(backend, job) if jails.warm_usable(backend) else None
+    if result is None:
+        result = backend.run(job)
     if budget is not None:
         budget.cpu_left -= sum(c.cpu_s for c in result.commands)
     for command in result.commands:
@@ -380,6 +389,19 @@ def sim_commands(
     return [(f"{name}_compile", compile_argv, compile_limits), (f"{name}_run", run_argv, run_limits)]
 
 
+@functools.lru_cache(maxsize=64)
+def candidate_testbench(testbench: str, top: str, renamed_top: str) -> str:
+    """The testbench as a candidate's simulation runs it: secret-tagged `$display`s, the top renamed (the same
+    for every candidate of a problem, so kept)."""
+    tb, _ = authenticated_testbench(testbench)
+    return rename(tb, [], "", {top: renamed_top})
+
+
+@functools.lru_cache(maxsize=64)
+def _testbench_roots(testbench: str) -> tuple[str, ...]:
+    return tuple(testbench_roots(testbench))
+
+
 def testbench_roots(testbench: str) -> list[str]:
     """The testbench's top-level modules: those it declares but never instantiates."""
     tokens = tokenize(testbench)
@@ -410,6 +432,9 @@ class ReferenceInfo:
     testbench_cpu_s: float = 0.0
     overrun: str | None = None  # the reference's own run passed its CPU budget (a timeout, cached)
     formal_self: str | None = None  # the formal flow on the reference against itself: "equivalent" or why not
+    # Names a candidate must not use for its testbench verdict to skip the lone gate (fastgate.py): every
+    # scope of the reference's own testbench run; None where the problem does not allow the fold.
+    fold_names: frozenset[str] | None = None
 
 
 _references: LRUCache[ReferenceInfo] = LRUCache(CACHE_SIZE)
@@ -477,6 +502,7 @@ def reference_info(
         roots = [*testbench_roots(reference.testbench), "proctor_harness"]
         tb_files = ["tb.sv", "ref.v", "refcopy.v", "harness.sv"]
         commands += sim_commands("tb", tb_files, roots, secret, reference_limits(20.0, 1), run_limits)
+        fetch.append("tb.vvp")
     token = _budget.set(None)  # the reference's own runs are not the candidate's time
     try:
         result = run_job(files, commands, fetch=tuple(fetch))
@@ -518,8 +544,24 @@ def reference_info(
         # stop at 100K cycles) still compares the first part: every candidate must stop at the same place.
         info.testbench_samples, info.testbench_timeout = outcome.samples, outcome.timeout
         info.testbench_cpu_s = ran.cpu_s
+        info.fold_names = _fold_names(reference, fetched(result, "tb.vvp"))
     _references.put(key, info)
     return info
+
+
+def _fold_names(reference: VerilogReference, compiled: str | None) -> frozenset[str] | None:
+    """What a candidate must not name for its testbench verdict to fold the gate into the simulation's compile
+    (fastgate.py), from the reference's own testbench run; None where this problem does not allow it."""
+    assert reference.testbench is not None
+    if compiled is None or not fastgate.problem_allows(
+        reference.testbench, reference.reference_module, reference.top
+    ):
+        return None
+    names = fastgate.outside_names(compiled)
+    if names is None:
+        return None
+    declared = declared_modules(tokenize(reference.testbench + "\n" + reference.reference_module))
+    return names | {fastgate.name_of(name) for name in declared} | {REF_TOP, HARNESS_TOP}
 
 
 # -- the gate --------------------------------------------------------------------------------------------
@@ -724,9 +766,8 @@ def simulation_job(
     commands: list = []
     plan = None
     if "testbench" in checks and reference.testbench is not None:
-        tb, _ = authenticated_testbench(reference.testbench)
-        files["tb.sv"] = rename(tb, [], "", {reference.top: gated.top})
-        roots = [*testbench_roots(reference.testbench), "proctor_harness"]
+        files["tb.sv"] = candidate_testbench(reference.testbench, reference.top, gated.top)
+        roots = [*_testbench_roots(reference.testbench), HARNESS_TOP]
         # at least what the reference's own run needed: the same testbench, with the candidate in its place
         floor = CANDIDATE_SLACK * info.testbench_cpu_s + 1.0
         run = tool_limits(max(options.sim_cpu_s, floor), options, 8)
@@ -743,6 +784,15 @@ def simulation_job(
     return SimulationJob(files, commands, plan)
 
 
+def _testbench_check(result: Result, secret: str, info: ReferenceInfo) -> CheckResult:
+    want = info.testbench_samples or 0
+    ran, compiled = command(result, "tb_run"), command(result, "tb_compile")
+    check = _sim_verdict("testbench", ran, compiled, secret, want, info.testbench_timeout)
+    if info.testbench_timeout:
+        check.details["note"] = "the testbench's own TIMEOUT ends the reference's run too: compared up to it"
+    return check
+
+
 def simulate(
     checks: list[str], reference: VerilogReference, info: ReferenceInfo, gated: Gated, options: VerilogOptions
 ) -> list[CheckResult]:
@@ -753,14 +803,7 @@ def simulate(
     result = run_job(files, commands)
     out = []
     if "testbench" in checks and reference.testbench is not None:
-        want = info.testbench_samples or 0
-        ran, compiled = command(result, "tb_run"), command(result, "tb_compile")
-        check = _sim_verdict("testbench", ran, compiled, secret, want, info.testbench_timeout)
-        if info.testbench_timeout:
-            check.details["note"] = (
-                "the testbench's own TIMEOUT ends the reference's run too: compared up to it"
-            )
-        out.append(check)
+        out.append(_testbench_check(result, secret, info))
     if plan is not None:
         check = _sim_verdict(
             "random", command(result, "random_run"), command(result, "random_compile"), secret, plan.samples
@@ -773,6 +816,40 @@ def simulate(
         )
         out.append(check)
     return out
+
+
+def folded_testbench(
+    source: str, reference: VerilogReference, info: ReferenceInfo, options: VerilogOptions
+) -> Rejection | CheckResult | None:
+    """The testbench verdict in one job, the gate folded into the simulation's compile (fastgate.py): a
+    Rejection or the check's result, exactly what the gate and `simulate` would give; None where the fold
+    cannot vouch for that (the caller then runs the gate and the simulation)."""
+    if info.fold_names is None or not fastgate.plain_source(source):
+        return None
+    # iverilog -E gives a plain source back unchanged: the gate's checks on the preprocessed text, on it
+    found = violations(source)
+    if found:
+        return Rejection("forbidden_construct", found[0], {"violations": found[:20]})
+    names = declared_modules(tokenize(source))
+    if reference.top not in names:
+        return Rejection("interface_mismatch", f"no module named {reference.top}", {"modules": names[:20]})
+    if fastgate.candidate_names(source) & info.fold_names:
+        return None  # it names a scope of the testbench's: only its lone elaboration can tell
+    top = CAND_PREFIX + reference.top
+    gated = Gated(rename(source, names, CAND_PREFIX), "", top, bool(info.sequential))
+    secret = new_secret()
+    job = simulation_job(["testbench"], reference, info, gated, options, secret)
+    name, argv, limits = job.commands[0]
+    # the compile prints the compiled design's scopes and ports (what the gate's lone elaboration read)
+    scopes = f'"$0" "$@" && exec {GREP} -E "^S_|^ *[.]port_info " tb.vvp'
+    job.commands[0] = (name, [SH, "-c", scopes, *argv], limits)
+    result = run_job(job.files, job.commands)
+    compiled = command(result, "tb_compile")
+    if compiled is None or compiled.verdict is not RunVerdict.ok:
+        return None  # the gate says which: compile_error or interface_mismatch
+    if not fastgate.check_compiled(compiled.stdout, top, CAND_PREFIX, info.ports):
+        return None
+    return _testbench_check(result, secret, info)
 
 
 def prove(
@@ -1017,7 +1094,11 @@ def _score(response: str, reference: VerilogReference, options: VerilogOptions) 
         )
     try:
         info = reference_info(reference, options, checks)
-        gated = gate(source, reference, info, options, with_yosys="formal" in checks)
+        folded = folded_testbench(source, reference, info, options) if checks == ["testbench"] else None
+        if isinstance(folded, CheckResult):
+            components["compiles"] = 1.0
+            return _verdict([folded], components, details)
+        gated = folded or gate(source, reference, info, options, with_yosys="formal" in checks)
         if isinstance(gated, Rejection):
             details.update(message=gated.message, **gated.extra)
             # it compiled when it elaborated and only its ports differ

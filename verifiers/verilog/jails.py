@@ -1,0 +1,245 @@
+"""Warm tool jails: the verifier's tool runs (iverilog, vvp, yosys, yosys-abc) fork+exec'd in a jail that is
+already up, instead of one fresh jail per tool run.
+
+A fresh nsjail per run costs about as much as a small iverilog compile, and a testbench verdict used to take
+four of them; here a verdict takes none. Each jail is the sandbox's own warm server (sandboxes/warm.py,
+`WarmPython.execute`, stdio mode: the server runs no tool or candidate code, it spawns each run as a child
+with the run's own CPU, memory, process and output limits, and kills whatever the run left behind before the
+next one). Every job starts from a clean slate, as a fresh jail would:
+
+- the job's files are unpacked (tar, from stdin) into a new directory with a random name, after everything
+  in the jail's /box and /tmp is removed; the runs see only those files;
+- the first run's shell prints a random marker once the files are in place, before it execs the tool: a job
+  whose set-up did not print it (a full disk, a broken jail) is a machinery failure, and the job runs again
+  in a fresh jail, never a verdict on the candidate;
+- a jail serves one job at a time and is retired after `MAX_JOBS` jobs or any machinery failure.
+
+Only the nsjail backend is used warm (its /tmp is the jail's own); other backends run cold jobs.
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+import logging
+import secrets
+import tarfile
+import threading
+import time
+
+from proctor.sandboxes.job import Backend, CommandResult, Job, Result, RunLimits, RunVerdict
+from proctor.sandboxes.warm import WarmPython
+
+log = logging.getLogger(__name__)
+
+SH = "/bin/sh"
+TAR = "/usr/bin/tar"
+ENV = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "HOME": "/tmp"}
+MAX_IDLE = 4  # idle jails kept; more are started while more jobs run at once, and closed when handed back
+MAX_JOBS = 256  # jobs one jail serves before it is replaced
+IDLE_S = 120.0  # an idle jail older than this is closed when the pool is next used
+# What a job's first run removes before it unpacks the job's files: everything in /box (the server has read
+# its own files already; a restarted server gets a fresh jail) and in /tmp, dot files included.
+CLEAN = "/box/* /box/.[!.]* /box/..?* /tmp/* /tmp/.[!.]* /tmp/..?*"
+DIRECTORY = "w."  # a job's directory: DIRECTORY + 16 random hex digits, under the jail's /box
+
+
+class SetupFailed(Exception):
+    """A job's files could not be put in place in a warm jail (the machinery's failure, not the candidate's)."""
+
+
+def archive(directory: str, files: dict[str, str]) -> str:
+    """A tar archive of `files` inside `directory`, as text: the headers are ASCII and the contents UTF-8, so
+    the server's UTF-8 encoding of a request's stdin gives back exactly these bytes."""
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w", format=tarfile.USTAR_FORMAT) as tar:
+        folder = tarfile.TarInfo(directory)
+        folder.type, folder.mode = tarfile.DIRTYPE, 0o700
+        tar.addfile(folder)
+        for name, text in files.items():
+            data = text.encode()
+            entry = tarfile.TarInfo(f"{directory}/{name}")
+            entry.size, entry.mode = len(data), 0o644
+            tar.addfile(entry, io.BytesIO(data))
+    return buffer.getvalue().decode()
+
+
+def unarchive(text: str) -> dict[str, str]:
+    """The regular files of a tar archive read back as text (tar's stdout), base64 as Result.files holds them;
+    a damaged archive gives what could be read."""
+    out: dict[str, str] = {}
+    try:
+        with tarfile.open(fileobj=io.BytesIO(text.encode()), mode="r:") as tar:
+            for member in tar:
+                handle = tar.extractfile(member) if member.isfile() else None
+                if handle is not None:
+                    out[member.name] = base64.b64encode(handle.read()).decode()
+    except (tarfile.TarError, EOFError, OSError):
+        pass
+    return out
+
+
+def jail_key(limits: RunLimits) -> tuple[int, int, int, int]:
+    """The limits a whole jail holds (cgroup memory and processes, the server's rlimits that its runs
+    inherit): a jail only serves jobs whose runs all ask for the same, so none is ever raised after a run."""
+    return (limits.memory_mb, limits.processes, limits.file_size_mb, limits.open_files)
+
+
+class ToolJail:
+    """One warm jail, the limits it holds, and the jobs it has served."""
+
+    def __init__(self, backend: Backend, limits: RunLimits):
+        self.key = jail_key(limits)
+        self.limits = limits
+        self.server = WarmPython("", limits=limits, backend=backend)
+        self.jobs = 0
+        self.idle_since = time.monotonic()
+
+    def start(self) -> bool:
+        """Start the server; False when it cannot (the caller runs the job cold or reports the failure)."""
+        outcome = self.server.start()
+        if not outcome.ok:
+            log.warning("verilog warm jail could not start: %s %s", outcome.status, outcome.message[:500])
+        return outcome.ok
+
+    def run(self, job: Job) -> Result:
+        """Run the job's commands in order (keep going past failures), then fetch its files; SetupFailed when
+        the files could not be put in place."""
+        self.jobs += 1
+        directory = DIRECTORY + secrets.token_hex(8)
+        marker = secrets.token_hex(16)
+        files = {item.path: item.content for item in job.files}
+        results: list[CommandResult] = []
+        for index, command in enumerate(job.commands):
+            # Paths in the argv are relative to the job's directory: a shell enters it and execs the tool.
+            setup = ""
+            if index == 0:
+                setup = f"rm -rf {CLEAN} 2>/dev/null; {TAR} -x -f - || exit 97; "
+            script = f'{setup}cd {directory} && echo {marker} && exec "$@"'
+            argv = [SH, "-c", script, "sh", *command.argv]
+            stdin = archive(directory, files) if index == 0 else command.stdin
+            env = {**ENV, **job.env}
+            result = self.server.execute(argv, env, stdin, command.limits, command.name)
+            if result.verdict is RunVerdict.sandbox_error:
+                raise SetupFailed(f"{command.name}: {result.detail}")
+            head, _, rest = result.stdout.partition("\n")
+            if head != marker:
+                raise SetupFailed(f"{command.name}: the job's files were not put in place ({result.detail})")
+            result.stdout = rest
+            if result.verdict is RunVerdict.time_limit and result.detail.startswith("cpu "):
+                # the words a cold jail uses, with the limit applied (the server says "cpu X s > Y s")
+                result.detail = f"CPU time passed {command.limits.cpu_s:g} s ({result.detail})"
+            results.append(result)
+        fetched = self._fetch(job, directory, marker) if job.fetch else {}
+        return Result(backend="nsjail-warm", commands=results, files=fetched)
+
+    def _fetch(self, job: Job, directory: str, marker: str) -> dict[str, str]:
+        limit = max(c.limits.file_size_mb for c in job.commands) << 20
+        size = {"cpu_s": 5.0, "wall_s": 11.0, "output_bytes": 2 * limit * len(job.fetch) + 4096}
+        limits = self.limits.model_copy(update=size)
+        script = f'cd {directory} && echo {marker} && exec {TAR} -c -f - --ignore-failed-read -- "$@"'
+        result = self.server.execute([SH, "-c", script, "sh", *job.fetch], ENV, "", limits, "fetch")
+        head, _, rest = result.stdout.partition("\n")
+        if result.verdict is RunVerdict.sandbox_error or head != marker:
+            raise SetupFailed(f"fetch: the job's files could not be read back ({result.detail})")
+        return unarchive(rest)  # tar names the files as given, relative to the job's directory
+
+    def close(self) -> None:
+        """Kill the jail."""
+        self.server.close()
+
+
+class JailPool:
+    """Idle warm jails, each taken by one job at a time and handed back after it; at most `max_idle` are kept
+    (the longest idle are closed first)."""
+
+    def __init__(self, max_idle: int = MAX_IDLE, max_jobs: int = MAX_JOBS, idle_s: float = IDLE_S):
+        self.max_idle = max_idle
+        self.max_jobs = max_jobs
+        self.idle_s = idle_s
+        self._idle: list[ToolJail] = []  # oldest first
+        self._lock = threading.Lock()
+
+    def run(self, backend: Backend, job: Job) -> Result | None:
+        """The job's result from a warm jail (a second, fresh jail when the first fails to set it up), or None
+        when no warm jail could run it (the caller runs it cold)."""
+        if len({jail_key(command.limits) for command in job.commands}) != 1:
+            return None
+        for _ in range(2):
+            jail = self._take(backend, job.commands[0].limits)
+            if jail is None:
+                return None
+            try:
+                result = jail.run(job)
+            except SetupFailed as exc:
+                log.warning("verilog warm jail retired: %s", str(exc)[:500])
+                jail.close()
+                continue
+            except BaseException:
+                jail.close()
+                raise
+            self._give(jail)
+            return result
+        return None
+
+    def _take(self, backend: Backend, limits: RunLimits) -> ToolJail | None:
+        key = jail_key(limits)
+        found = None
+        with self._lock:
+            stale = self._stale()
+            for index in range(len(self._idle) - 1, -1, -1):
+                if self._idle[index].key == key and self._idle[index].server.backend is backend:
+                    found = self._idle.pop(index)
+                    break
+        for old in stale:
+            old.close()
+        if found is not None:
+            return found
+        jail = ToolJail(backend, limits)
+        if not jail.start():
+            jail.close()
+            return None
+        return jail
+
+    def _give(self, jail: ToolJail) -> None:
+        closing = [jail] if jail.jobs >= self.max_jobs else []
+        jail.idle_since = time.monotonic()
+        with self._lock:
+            closing += self._stale()
+            if jail not in closing:
+                self._idle.append(jail)
+            while len(self._idle) > self.max_idle:
+                closing.append(self._idle.pop(0))
+        for old in closing:
+            old.close()
+
+    def _stale(self) -> list[ToolJail]:
+        """Take out the jails idle for longer than idle_s (under the lock; the caller closes them)."""
+        cutoff = time.monotonic() - self.idle_s
+        stale = [jail for jail in self._idle if jail.idle_since < cutoff]
+        self._idle = [jail for jail in self._idle if jail.idle_since >= cutoff]
+        return stale
+
+    @property
+    def idle(self) -> int:
+        """How many jails are idle now."""
+        with self._lock:
+            return len(self._idle)
+
+    def close(self) -> None:
+        """Kill every idle jail."""
+        with self._lock:
+            idle, self._idle = self._idle, []
+        for jail in idle:
+            jail.close()
+
+
+POOL = JailPool()
+
+
+def warm_usable(backend: Backend) -> bool:
+    """Whether jobs on this backend run in warm jails: nsjail only (its /tmp and /box are the jail's own)."""
+    return backend.name == "nsjail" and hasattr(backend, "runner")
+
+
+__all__ = ["POOL", "JailPool", "SetupFailed", "ToolJail", "archive", "unarchive", "warm_usable"]
