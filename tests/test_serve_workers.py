@@ -350,6 +350,28 @@ def _check_two_workers(serve: Serve) -> None:
         assert health["pool"]["workers"] == [2, 1][slot]
         assert health["sandbox"]["pool"]["workers"] == [2, 1][slot]
 
+    # A worker that dies (SIGKILL: no clean-up of its own) takes its pool processes with it; uvicorn's replacement
+    # takes its slot, and /metrics stops counting the dead worker's share and pool.
+    dead = next(worker for worker in workers if len(pool_children(worker)) == 1)
+    orphans = pool_children(dead)
+    dead.kill()
+    survivor = next(worker for worker in workers if worker.pid != dead.pid)
+    while True:
+        assert time.monotonic() < deadline + 30, "uvicorn did not replace the killed worker"
+        alive = serve.workers()
+        if len(alive) == 2 and dead.pid not in {worker.pid for worker in alive}:
+            with httpx.Client(timeout=10) as client:
+                text = client.get(f"{serve.base}/metrics").text
+            pids = {labels["pid"] for labels, _ in metric_series(text, "proctor_worker_budget")}
+            if pids == {str(worker.pid) for worker in alive}:
+                break
+        time.sleep(0.2)
+    assert not [orphan for orphan in orphans if _still_running(orphan)]
+    replacement = next(worker for worker in alive if worker.pid != survivor.pid)
+    assert metric(text, "proctor_worker_budget", pid=str(replacement.pid), setting="pool_workers") == 1
+    # Only the survivor's pool is live until the replacement scores its first pool item.
+    assert metric(text, "proctor_pool", field="workers") == 2
+
 
 def _tree(root: psutil.Process) -> list[psutil.Process]:
     """The server's process and every descendant now (pool workers, sandboxes, uvicorn's resource tracker)."""
