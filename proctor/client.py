@@ -65,6 +65,15 @@ class ProctorRequestError(ProctorError):
         self.field = field
 
 
+class ProctorMisdirected(ProctorRequestError):
+    """421 (replicas sharing Redis): another replica holds the session's state; `replica_url` names it when that
+    replica advertises an address (PROCTOR_ADVERTISE_URL)."""
+
+    def __init__(self, status: int, message: str, field: str | None, replica_url: str | None):
+        super().__init__(status, message, field)
+        self.replica_url = replica_url
+
+
 class ProctorServerError(ProctorError):
     """A retryable answer from the service (429 or 5xx); the cause of ProctorUnavailable when retries run out."""
 
@@ -191,11 +200,24 @@ def _retry_after(response: httpx.Response) -> float | None:
     return parse_retry_after(response.headers.get("retry-after"), cap=MAX_RETRY_AFTER_S)
 
 
+def _replica_url(response: httpx.Response) -> str | None:
+    """The owning replica's base URL from a 421's body, when it is an http(s) URL."""
+    try:
+        url = response.json().get("replica_url")
+    except (ValueError, AttributeError):
+        return None
+    if isinstance(url, str) and url.startswith(("http://", "https://")) and "\n" not in url:
+        return url.rstrip("/")
+    return None
+
+
 def check_response(response: httpx.Response) -> Any:
     """The JSON body of a success; raises ProctorRequestError (final) or ProctorServerError (retryable)."""
     if response.status_code < 400:
         return response.json() if response.content else None  # 204 (DELETE of a session) has no body
     message, field = _error_message(response)
+    if response.status_code == 421:
+        raise ProctorMisdirected(421, message, field, _replica_url(response))
     if retryable(response.status_code):
         raise ProctorServerError(response.status_code, message, _retry_after(response))
     raise ProctorRequestError(response.status_code, message, field)
@@ -276,9 +298,14 @@ class Client(_Base):
         max_batch_items: int | None = None,
         max_body_bytes: int | None = None,
         transport: httpx.BaseTransport | None = None,
+        follow_replicas: bool = True,
     ):
-        """Connect to base_url (default $PROCTOR_URL, else http://127.0.0.1:8000) with token (default $PROCTOR_TOKEN)."""
+        """Connect to base_url (default $PROCTOR_URL, else http://127.0.0.1:8000) with token (default $PROCTOR_TOKEN).
+
+        follow_replicas: a session step answered 421 (another replica holds the session's state) is sent again
+        to the replica the answer names, with the same token, and the session stays pinned there."""
         super().__init__(base_url, token, timeout, max_retries, backoff, max_batch_items, max_body_bytes)
+        self.follow_replicas = follow_replicas
         self._http = httpx.Client(
             base_url=self.base_url, headers=self._headers(), timeout=timeout, transport=transport
         )
@@ -390,9 +417,13 @@ class AsyncClient(_Base):
         max_batch_items: int | None = None,
         max_body_bytes: int | None = None,
         transport: httpx.AsyncBaseTransport | None = None,
+        follow_replicas: bool = True,
     ):
-        """Connect to base_url (default $PROCTOR_URL, else http://127.0.0.1:8000) with token (default $PROCTOR_TOKEN)."""
+        """Connect to base_url (default $PROCTOR_URL, else http://127.0.0.1:8000) with token (default $PROCTOR_TOKEN).
+
+        follow_replicas: as for Client."""
         super().__init__(base_url, token, timeout, max_retries, backoff, max_batch_items, max_body_bytes)
+        self.follow_replicas = follow_replicas
         self._http = httpx.AsyncClient(
             base_url=self.base_url, headers=self._headers(), timeout=timeout, transport=transport
         )
@@ -514,10 +545,19 @@ class _RemoteOpened:
         self.limits: dict[str, Any] = opened["limits"]
         self.expires_at: float = opened["expires_at"]
         self.steps = 0
+        self.replica_url: str | None = None
+        """The replica this session was pinned to by a 421 (None: the client's own base URL)."""
 
-    @property
-    def _path(self) -> str:
-        return f"/v1/sessions/{self.session_id}"
+    def _url(self, suffix: str = "") -> str:
+        path = f"/v1/sessions/{self.session_id}{suffix}"
+        return f"{self.replica_url}{path}" if self.replica_url else path
+
+    def _pin(self, misdirected: ProctorMisdirected, follow: bool) -> bool:
+        """Pin the session to the replica a 421 names; False when it cannot or must not be followed."""
+        if not follow or misdirected.replica_url is None or misdirected.replica_url == self.replica_url:
+            return False
+        self.replica_url = misdirected.replica_url
+        return True
 
 
 class RemoteSession(_RemoteOpened):
@@ -527,25 +567,34 @@ class RemoteSession(_RemoteOpened):
         super().__init__(opened)
         self._client = client
 
+    def _call(self, method: str, suffix: str = "", body: bytes | None = None) -> Any:
+        # A 421 means the replica that answered did nothing: sending the same call to the owner once is safe.
+        try:
+            return self._client._call(method, self._url(suffix), body)
+        except ProctorMisdirected as misdirected:
+            if not self._pin(misdirected, self._client.follow_replicas):
+                raise
+        return self._client._call(method, self._url(suffix), body)
+
     def step(self, message: Any) -> dict[str, Any]:
         """Take one assistant message; `{step, observations, tool_results, done, end_reason, usage, score?}`."""
         body = _dumps({"message": _message(message), "step": self.steps + 1})
-        result = self._client._call("POST", f"{self._path}/step", body)
+        result = self._call("POST", "/step", body)
         self.steps += 1
         return result
 
     def finish(self, message: Any = None) -> Score:
         """End the episode (with an optional final message) and return its Score."""
         body = _dumps({"message": _message(message)} if message is not None else {})
-        return Score.model_validate(self._client._call("POST", f"{self._path}/finish", body))
+        return Score.model_validate(self._call("POST", "/finish", body))
 
     def record(self) -> dict[str, Any]:
         """The session's record: transcript, action log, usage, end reason and score."""
-        return self._client._call("GET", self._path)
+        return self._call("GET")
 
     def close(self) -> None:
         """Close the session on the service; idempotent."""
-        self._client._call("DELETE", self._path)
+        self._call("DELETE")
 
     def __enter__(self) -> RemoteSession:
         return self
@@ -561,25 +610,33 @@ class AsyncRemoteSession(_RemoteOpened):
         super().__init__(opened)
         self._client = client
 
+    async def _call(self, method: str, suffix: str = "", body: bytes | None = None) -> Any:
+        try:
+            return await self._client._call(method, self._url(suffix), body)
+        except ProctorMisdirected as misdirected:
+            if not self._pin(misdirected, self._client.follow_replicas):
+                raise
+        return await self._client._call(method, self._url(suffix), body)
+
     async def step(self, message: Any) -> dict[str, Any]:
         """Take one assistant message."""
         body = _dumps({"message": _message(message), "step": self.steps + 1})
-        result = await self._client._call("POST", f"{self._path}/step", body)
+        result = await self._call("POST", "/step", body)
         self.steps += 1
         return result
 
     async def finish(self, message: Any = None) -> Score:
         """End the episode and return its Score."""
         body = _dumps({"message": _message(message)} if message is not None else {})
-        return Score.model_validate(await self._client._call("POST", f"{self._path}/finish", body))
+        return Score.model_validate(await self._call("POST", "/finish", body))
 
     async def record(self) -> dict[str, Any]:
         """The session's record."""
-        return await self._client._call("GET", self._path)
+        return await self._call("GET")
 
     async def close(self) -> None:
         """Close the session on the service; idempotent."""
-        await self._client._call("DELETE", self._path)
+        await self._call("DELETE")
 
     async def __aenter__(self) -> AsyncRemoteSession:
         return self
