@@ -9,7 +9,7 @@ TEST_EXTRAS ?= dev,train
 # verl's own code that tests and bench/ run (its SandboxFusion client): the wheel without its dependencies (ray,
 # torch, vllm ...), which pip extras cannot express; those modules import only the standard library and requests.
 VERL_VERSION ?= 0.9.1
-PYTEST_ARGS ?=
+PYTEST_ARGS ?= --durations=30
 # Where `make docs` serves the site (the service itself takes port 8000).
 DOCS_ADDR ?= 127.0.0.1:8001
 
