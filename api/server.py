@@ -148,9 +148,8 @@ def budget_report(settings: Settings) -> dict[str, Any]:
     return WorkerBudget(0, 1, totals, totals).report()
 
 
-_held_slot: list[
-    int
-] = []  # the descriptor whose lock is this process's slot: open as long as the process lives
+# The descriptor whose lock is this process's slot: kept open as long as the process lives.
+_held_slot: list[int] = []
 
 
 def claim_slot(directory: str, workers: int) -> int | None:
