@@ -41,7 +41,7 @@ from proctor.settings import Settings
 if TYPE_CHECKING:  # SQLAlchemy is imported only when a job or the audit log is used
     from sqlalchemy import Engine
 
-    from proctor.jobs import JobRunner
+    from proctor.jobs import JobLimits, JobRunner
 
 log = logging.getLogger(__name__)
 
@@ -135,9 +135,16 @@ class JobService:
                     lambda: _EngineScorer(self.state),
                     window=4 * workers,
                     ready=lambda: self.open(),
+                    retention_s=self.settings.jobs_retention_s or None,
                 )
                 self.runner.start()
             return self.runner
+
+    def limits(self) -> JobLimits:
+        """How much one job may store (PROCTOR_JOBS_MAX_ROWS, PROCTOR_JOBS_MAX_BYTES)."""
+        from proctor.jobs import JobLimits
+
+        return JobLimits(max_rows=self.settings.jobs_max_rows, max_bytes=self.settings.jobs_max_bytes)
 
     def start_audit(self) -> None:
         """Start the audit log and make every score the service answers reach it."""
@@ -310,7 +317,9 @@ def resolve_input_path(settings: Settings, input_path: str) -> tuple[Path, str]:
     return candidate, kind
 
 
-def _rows_from_path(root: Path, path: Path, kind: str, label: str) -> Iterator[dict[str, Any]]:
+def _rows_from_path(
+    root: Path, path: Path, kind: str, label: str, limits: JobLimits
+) -> Iterator[dict[str, Any]]:
     """The file's rows, read through a descriptor checked to still be inside `root` after it was opened
     (a folder swapped for a symlink after the check above cannot redirect the read)."""
     try:
@@ -323,11 +332,12 @@ def _rows_from_path(root: Path, path: Path, kind: str, label: str) -> Iterator[d
             raise RequestError(
                 422, f"input_path {label!r} is not inside PROCTOR_JOBS_INPUT_DIR", "input_path"
             )
+        from proctor.jobs import read_input
+
         through = f"/proc/self/fd/{fd}"
-        rows = io.iter_jsonl(through) if kind == "jsonl" else io.iter_parquet(through)
-        yield from rows
+        yield from read_input(through, kind, limits, field="input_path")
     except io.DataError as exc:
-        raise io.DataError(str(exc).replace(f"/proc/self/fd/{fd}", label)) from None
+        raise type(exc)(str(exc).replace(f"/proc/self/fd/{fd}", label)) from None  # DataTooLarge stays one
     finally:
         os.close(fd)
 
@@ -354,6 +364,8 @@ def _form_text(form: Any, name: str, default: str | None) -> str | None:
 _JOB_ERRORS = {
     404: "No such job (or not the caller's), or, when creating one, an unknown verifier.",
     409: "The job is still running (results), or already finished (cancel).",
+    413: "The upload is over PROCTOR_MAX_BODY_BYTES, or the file holds more rows than PROCTOR_JOBS_MAX_ROWS or "
+    "more bytes of rows than PROCTOR_JOBS_MAX_BYTES (nothing of the job is kept).",
     415: "Neither multipart/form-data nor application/json.",
     503: "The jobs database is unavailable (the message says why); retry later.",
 }
@@ -463,7 +475,7 @@ async def _create_from_upload(
             kind = io.file_format(name)
         except ValueError as exc:
             raise RequestError(422, f"file: {exc}", "file") from None
-        from proctor.jobs import JobSpec, create_job
+        from proctor.jobs import JobSpec
 
         spec = JobSpec(
             verifier=_form_text(form, "verifier", None) or None,
@@ -476,12 +488,28 @@ async def _create_from_upload(
         target = _upload_dir(settings) / f"{job_id}.{'jsonl' if kind == 'jsonl' else 'parquet'}"
         try:
             await asyncio.to_thread(_save_upload, upload, target)
-            return await _call(create_job, db, io.iter_rows(target), spec, field="file", job_id=job_id)
+            limits = service.limits()
+            return await _call(
+                _create_from_file, db, target, kind, spec, limits=limits, field="file", job_id=job_id
+            )
         finally:
             with contextlib.suppress(OSError):
                 target.unlink()  # the rows are in the database now: any replica can run the job
     finally:
         await form.close()
+
+
+def _create_from_file(
+    db: Engine, path: Path, kind: str, spec: Any, *, limits: JobLimits, field: str, job_id: str
+) -> dict[str, Any]:
+    """A job over an uploaded file, read within the job limits (a footer over them is refused unread)."""
+    from proctor.jobs import JobError, create_job, read_input
+
+    try:
+        rows = read_input(path, kind, limits, field=field)
+    except io.DataError as exc:
+        raise JobError(422, str(exc), field) from None
+    return create_job(db, rows, spec, field=field, job_id=job_id, limits=limits)
 
 
 def _save_upload(upload: UploadFile, target: Path) -> None:
@@ -514,8 +542,9 @@ async def _create_from_path(
         source=f"input_path:{body.input_path}",
     )
     db = await _db(service)
-    rows = _rows_from_path(root, path, kind, body.input_path)
-    return await _call(create_job, db, rows, spec, field="input_path", job_id=job_id)
+    limits = service.limits()
+    rows = _rows_from_path(root, path, kind, body.input_path, limits)
+    return await _call(create_job, db, rows, spec, field="input_path", job_id=job_id, limits=limits)
 
 
 async def _job_or_404(service: JobService, job_id: str, owner: str | None) -> dict[str, Any]:

@@ -179,8 +179,11 @@ def cmd_rescore(args: argparse.Namespace) -> int:
         if config.engine == "ray":  # Ray is an optional extra, imported only when asked for
             from proctor.rescore_ray import ray_scorer
 
-            summary = rescore(config, ray_scorer)
+            forward = tuple(args.forward_env or ())
+            summary = rescore(config, lambda c: ray_scorer(c, forward))
         else:
+            if args.forward_env:
+                raise RescoreError("--forward-env sends variables to the tasks of --engine ray", 2)
             summary = rescore(config)
     except RescoreError as exc:
         raise CliError(str(exc), exc.code) from None
@@ -351,6 +354,14 @@ def build_parser() -> argparse.ArgumentParser:
     re.add_argument(
         "--address",
         help="Ray cluster for --engine ray (HOST:PORT, ray://HOST:PORT or auto; default: a local instance)",
+    )
+    re.add_argument(
+        "--forward-env",
+        action="append",
+        metavar="NAME",
+        help="also send this environment variable (e.g. PROCTOR_JUDGE_API_KEY) to --engine ray's tasks; "
+        "repeatable. Only scoring settings are sent otherwise: Ray shows a job's environment in its dashboard "
+        "and state API",
     )
     re.add_argument("--token", help="bearer token for --server (default: PROCTOR_TOKEN)")
     again = re.add_mutually_exclusive_group()

@@ -278,35 +278,117 @@ def write_parquet(
             os.fsync(handle.fileno())
 
 
-def _parquet_file(path: str | os.PathLike[str]) -> Any:
+def _parquet_file(path: str | os.PathLike[str], read_dictionary: list[str] | None = None) -> Any:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     try:
-        return pq.ParquetFile(path)
+        return pq.ParquetFile(path, read_dictionary=read_dictionary)
     except OSError as exc:
         raise DataError(f"cannot read {path}: {getattr(exc, 'strerror', None) or exc}") from None
     except pa.ArrowException as exc:
         raise DataError(f"{path} is not a readable Parquet file ({exc})") from None
 
 
-def iter_parquet(path: str | os.PathLike[str], batch_size: int = 1024) -> Iterator[dict[str, Any]]:
-    """Yield the rows of a Parquet file, decoding the columns this module stored as JSON or scores."""
+class DataTooLarge(DataError):
+    """A data file that holds more than a reader was allowed to take (the message says which limit)."""
+
+
+def parquet_shape(path: str | os.PathLike[str]) -> tuple[int, int]:
+    """A Parquet file's row count and the size of its column data once decompressed, from the footer alone
+    (nothing is decompressed). Dictionary-encoded values count once however many rows repeat them, so the
+    size is a lower bound of what the rows expand to, never an upper one."""
+    metadata = _parquet_file(path).metadata
+    size = sum(metadata.row_group(i).total_byte_size for i in range(metadata.num_row_groups))
+    return int(metadata.num_rows), int(size)
+
+
+# Rows of a bounded read are turned into Python objects at most this many bytes (of text) at a time.
+_DECODE_BYTES = 8 << 20
+
+
+def _text_columns(parquet: Any) -> list[str]:
+    """Top-level string and binary columns: read as dictionaries, so their size is known before decoding."""
+    return [field.name for field in parquet.schema_arrow if _is_text(field.type)]
+
+
+def _is_text(kind: Any) -> bool:
+    import pyarrow as pa
+
+    return any(
+        test(kind)
+        for test in (
+            pa.types.is_string,
+            pa.types.is_large_string,
+            pa.types.is_binary,
+            pa.types.is_large_binary,
+        )
+    )
+
+
+def _text_sizes(batch: Any) -> list[int]:
+    """Each row's bytes of string and binary values (still dictionary-encoded: nothing is expanded here)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    sizes = pa.array([0] * batch.num_rows, type=pa.int64())
+    for column in batch.columns:
+        if pa.types.is_dictionary(column.type) and _is_text(column.type.value_type):
+            lengths = pc.take(pc.binary_length(column.dictionary).cast(pa.int64()), column.indices)
+        elif _is_text(column.type):
+            lengths = pc.binary_length(column).cast(pa.int64())
+        else:  # numbers, booleans: a few bytes a row; nested columns are expanded by Arrow as it reads them
+            continue
+        sizes = pc.add(sizes, pc.fill_null(lengths, 0))
+    return sizes.to_pylist()
+
+
+def _decode_row(row: dict[str, Any], json_columns: set[str], score_columns: set[str]) -> dict[str, Any]:
+    for name in json_columns:
+        if row.get(name) is not None:
+            row[name] = json.loads(row[name])
+    for name in score_columns:
+        row[name] = _decode_score(row.get(name))
+    return row
+
+
+def iter_parquet(
+    path: str | os.PathLike[str], batch_size: int = 1024, max_bytes: int | None = None
+) -> Iterator[dict[str, Any]]:
+    """Yield the rows of a Parquet file, decoding the columns this module stored as JSON or scores.
+
+    With `max_bytes`, the read is bounded for files from strangers: string and binary columns stay
+    dictionary-encoded until their size is counted, a batch whose text would take the file past `max_bytes`
+    raises DataTooLarge before it is expanded, and rows are decoded a few MiB at a time, so a tiny file whose
+    one compressed value is repeated by a million rows costs no more memory than its limit."""
     import pyarrow as pa
 
     parquet = _parquet_file(path)
     metadata = parquet.schema_arrow.metadata or {}
     json_columns = set(json.loads(metadata.get(_META_JSON_COLUMNS, b"[]")))
     score_columns = set(json.loads(metadata.get(_META_SCORE_COLUMNS, b"[]")))
+    if max_bytes is not None:
+        parquet = _parquet_file(path, read_dictionary=_text_columns(parquet))
+    seen = 0
     try:
         for batch in parquet.iter_batches(batch_size=batch_size):
-            for row in batch.to_pylist():
-                for name in json_columns:
-                    if row.get(name) is not None:
-                        row[name] = json.loads(row[name])
-                for name in score_columns:
-                    row[name] = _decode_score(row.get(name))
-                yield row
+            if max_bytes is None:
+                for row in batch.to_pylist():
+                    yield _decode_row(row, json_columns, score_columns)
+                continue
+            sizes = _text_sizes(batch)
+            if seen + sum(sizes) > max_bytes:
+                raise DataTooLarge(f"{path}: its rows hold more than {max_bytes} bytes of text")
+            seen += sum(sizes)
+            start = 0
+            while start < len(sizes):
+                end, taken = start + 1, sizes[start]
+                while end < len(sizes) and taken + sizes[end] <= _DECODE_BYTES:
+                    taken += sizes[end]
+                    end += 1
+                for row in batch.slice(start, end - start).to_pylist():
+                    yield _decode_row(row, json_columns, score_columns)
+                start = end
     except pa.ArrowException as exc:
         raise DataError(f"{path}: cannot read Parquet data ({exc})") from None
 

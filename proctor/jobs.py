@@ -12,6 +12,11 @@ that have no result yet.
 A heartbeat renews the lease while a chunk is scored. A replica that dies stops renewing it; another claims
 the job when the lease expires, or at once when the dead owner was a process on the same host (its pid is
 gone). A graceful shutdown hands the job back as queued.
+
+A job is stored in committed batches while it is `ingesting` (invisible until all its rows are in, so a big
+file never holds SQLite's write lock for long), within `JobLimits` of rows and stored bytes; a refused or
+failed creation deletes what it stored. A sweep on each runner deletes finished jobs past their retention,
+and ingests whose process died.
 """
 
 from __future__ import annotations
@@ -29,7 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Engine, func, insert, select, update
+from sqlalchemy import Engine, delete, func, insert, select, update
 from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError, SQLAlchemyError
 
 from proctor import io
@@ -48,7 +53,27 @@ FLUSH_S = 1.0
 POLL_S = 1.0
 """How often an idle runner looks for work (a job created in this process wakes it at once)."""
 INGEST_BATCH = 1000
+"""Rows written (and committed) together while a job is created, at most."""
+INGEST_BATCH_BYTES = 8 << 20
+"""Bytes of rows written together while a job is created, at most: a long ingest never holds SQLite's write
+lock for more than one such batch, and keeps at most this much of the file in memory."""
+PARQUET_BATCH_ROWS = 64
+"""Rows a job's Parquet input is read in at a time (see `io.iter_parquet`'s bounded read)."""
+DEFAULT_MAX_ROWS = 1_000_000
+DEFAULT_MAX_BYTES = 1 << 30
+RETENTION_S = 7 * 24 * 3600.0
+"""How long a finished job and its rows are kept by default."""
+SWEEP_S = 300.0
+"""How often a runner deletes jobs past their retention, and jobs whose creation was abandoned."""
+SWEEP_ROWS = 10_000
+"""Rows deleted per transaction by the sweep, so it never holds SQLite's write lock for long."""
+INGESTING = "ingesting"
+"""A job whose rows are still being stored: invisible to the API and to runners until it becomes queued."""
+DELETING = "deleting"
+"""A job the sweep has taken to delete (an abandoned ingest): invisible, and deleted by any later sweep."""
+HIDDEN = (INGESTING, DELETING)
 UNFINISHED = ("queued", "running")
+FINISHED = ("done", "failed", "cancelled")
 _RETRY_MIN_S = 0.5
 _RETRY_MAX_S = 10.0
 
@@ -89,50 +114,199 @@ def check_spec(spec: JobSpec) -> None:
             raise JobError(422, f"{name} must be a field name of 1 to 200 characters", name)
 
 
+@dataclass(frozen=True)
+class JobLimits:
+    """How much one job may store: rows, and bytes of rows as stored (the JSON text of each input row)."""
+
+    max_rows: int = DEFAULT_MAX_ROWS
+    max_bytes: int = DEFAULT_MAX_BYTES
+
+    def too_many_rows(self, field: str) -> JobError:
+        """The 413 for a file with more rows than allowed."""
+        return JobError(
+            413, f"the file holds more than {self.max_rows} rows (PROCTOR_JOBS_MAX_ROWS); split it", field
+        )
+
+    def too_many_bytes(self, field: str) -> JobError:
+        """The 413 for a file whose rows take more bytes than allowed."""
+        return JobError(
+            413,
+            f"the file's rows take more than {self.max_bytes} bytes once stored (PROCTOR_JOBS_MAX_BYTES); "
+            "split it",
+            field,
+        )
+
+
+def read_input(
+    path: str | os.PathLike[str], kind: str, limits: JobLimits, *, field: str
+) -> Iterator[dict[str, Any]]:
+    """The rows of a job's input file, read within `limits`: a Parquet file's footer is checked before
+    anything is decompressed (its row count, and the size of its data once decompressed), and it is read a
+    few rows at a time with its text measured before it is expanded (`io.iter_parquet`). `kind` is the
+    format (`jsonl` or `parquet`); a footer that cannot be read is an io.DataError."""
+    if kind == "jsonl":
+        return io.iter_jsonl(path)
+    rows, size = io.parquet_shape(path)
+    if rows > limits.max_rows:
+        raise limits.too_many_rows(field)
+    if size > limits.max_bytes:
+        raise limits.too_many_bytes(field)
+    return io.iter_parquet(path, batch_size=PARQUET_BATCH_ROWS, max_bytes=limits.max_bytes)
+
+
 def create_job(
-    db: Engine, rows: Iterable[dict[str, Any]], spec: JobSpec, *, field: str, job_id: str | None = None
+    db: Engine,
+    rows: Iterable[dict[str, Any]],
+    spec: JobSpec,
+    *,
+    field: str,
+    job_id: str | None = None,
+    limits: JobLimits | None = None,
 ) -> dict[str, Any]:
-    """Store a queued job with all its rows in one transaction; a file that cannot be read (io.DataError)
-    or holds no rows is a 422 naming `field`. Returns the job's view."""
+    """Store a job with all its rows, then queue it; returns the job's view.
+
+    The rows are written in committed batches while the job is `ingesting` (invisible to callers and runners),
+    so a big file never holds the database's write lock for long. A file over `limits` is a 413, one that
+    cannot be read (io.DataError) or holds no rows a 422, each naming `field`; then, as after any other
+    failure, the half-made job is deleted (and if this process dies first, the sweep deletes it once its
+    ingest lease expires)."""
     check_spec(spec)
+    limits = limits or JobLimits()
     job_id = job_id or new_job_id()
+    holder = new_owner_id()
     now = time.time()
-    total = 0
-    try:
-        with db.begin() as connection:
-            connection.execute(
-                insert(Job).values(
-                    id=job_id,
-                    status="queued",
-                    owner=spec.owner,
-                    verifier=spec.verifier,
-                    response_field=spec.response_field,
-                    reference_field=spec.reference_field,
-                    source=spec.source[:1000],
-                    total=0,
-                    done=0,
-                    claims=0,
-                    created_at=now,
-                )
+    with db.begin() as connection:
+        connection.execute(
+            insert(Job).values(
+                id=job_id,
+                status=INGESTING,
+                owner=spec.owner,
+                verifier=spec.verifier,
+                response_field=spec.response_field,
+                reference_field=spec.reference_field,
+                source=spec.source[:1000],
+                total=0,
+                done=0,
+                claims=0,
+                created_at=now,
+                lease_owner=holder,
+                lease_expires=now + LEASE_S,
             )
-            batch: list[dict[str, Any]] = []
-            for row in rows:
-                batch.append({"job_id": job_id, "row_index": total, "data": io.dumps_row(row)})
-                total += 1
-                if len(batch) >= INGEST_BATCH:
-                    connection.execute(insert(JobRow), batch)
-                    batch = []
-            if batch:
-                connection.execute(insert(JobRow), batch)
-            if total == 0:
-                raise JobError(422, "the file holds no rows", field)
-            # Only now, in the same transaction, does the job become visible with its size.
-            connection.execute(update(Job).where(Job.id == job_id).values(total=total))
-    except io.DataError as exc:
-        raise JobError(422, str(exc), field) from None
+        )
+    try:
+        total = stored = 0
+        batch: list[dict[str, Any]] = []
+        batch_bytes = 0
+        for row in rows:
+            data = io.dumps_row(row)
+            size = len(data.encode("utf-8"))
+            total += 1
+            stored += size
+            if total > limits.max_rows:
+                raise limits.too_many_rows(field)
+            if stored > limits.max_bytes:
+                raise limits.too_many_bytes(field)
+            batch.append({"job_id": job_id, "row_index": total - 1, "data": data})
+            batch_bytes += size
+            if len(batch) >= INGEST_BATCH or batch_bytes >= INGEST_BATCH_BYTES:
+                _ingest(db, job_id, holder, batch)
+                batch, batch_bytes = [], 0
+        if batch:
+            _ingest(db, job_id, holder, batch)
+        if total == 0:
+            raise JobError(422, "the file holds no rows", field)
+        with db.begin() as connection:
+            queued = connection.execute(
+                update(Job)
+                .where(Job.id == job_id, Job.status == INGESTING, Job.lease_owner == holder)
+                .values(status="queued", total=total, lease_owner=None, lease_expires=None)
+            ).rowcount
+        if queued != 1:
+            raise JobError(503, "the job was removed while its rows were stored (too slow); retry")
+    except BaseException as exc:
+        try:
+            delete_job(db, job_id)
+        except SQLAlchemyError:
+            # The database is what failed: the sweep deletes the job once its ingest lease expires.
+            log.warning("jobs: could not delete the half-made job %s; the sweep will", job_id)
+        if isinstance(exc, io.DataTooLarge):
+            raise limits.too_many_bytes(field) from None
+        if isinstance(exc, io.DataError):
+            raise JobError(422, str(exc), field) from None
+        raise
     view = job_view(db, job_id, spec.owner)
-    assert view is not None
+    if view is None:  # deleted since (a retention of seconds, say): the job is not there to run
+        raise JobError(503, "the job was removed as soon as it was stored; retry")
     return view
+
+
+def _ingest(db: Engine, job_id: str, holder: str, batch: list[dict[str, Any]]) -> None:
+    """Write a batch of input rows in one transaction, renewing the ingest's lease."""
+    with db.begin() as connection:
+        held = connection.execute(
+            update(Job)
+            .where(Job.id == job_id, Job.status == INGESTING, Job.lease_owner == holder)
+            .values(lease_expires=time.time() + LEASE_S)
+        ).rowcount
+        if held != 1:
+            raise JobError(503, "the job was removed while its rows were stored (too slow); retry")
+        connection.execute(insert(JobRow), batch)
+
+
+def delete_job(db: Engine, job_id: str, batch_rows: int = SWEEP_ROWS) -> None:
+    """Delete a job with its rows and results, a batch of rows per transaction."""
+    for table in (JobResult, JobRow):
+        while True:
+            with db.begin() as connection:
+                first = connection.execute(
+                    select(func.min(table.row_index)).where(table.job_id == job_id)
+                ).scalar_one()
+                if first is None:
+                    break
+                connection.execute(
+                    delete(table).where(table.job_id == job_id, table.row_index < first + batch_rows)
+                )
+    with db.begin() as connection:
+        connection.execute(delete(Job).where(Job.id == job_id))
+
+
+def sweep(db: Engine, retention_s: float | None, now: float | None = None) -> list[str]:
+    """Delete finished jobs older than `retention_s` (None: keep them) and jobs whose creation was abandoned
+    (an ingest whose lease expired, or whose process on this host is gone); returns their ids."""
+    now = time.time() if now is None else now
+    with db.connect() as connection:
+        ingesting = connection.execute(
+            select(Job.id, Job.lease_owner, Job.lease_expires).where(Job.status == INGESTING)
+        ).all()
+        doomed = list(connection.execute(select(Job.id).where(Job.status == DELETING)).scalars())
+        if retention_s is not None:
+            doomed += connection.execute(
+                select(Job.id)
+                .where(Job.status.in_(FINISHED), Job.finished_at < now - retention_s)
+                .order_by(Job.finished_at)
+                .limit(100)
+            ).scalars()
+    for job in ingesting:
+        if job.lease_expires is not None and job.lease_expires >= now and not owner_is_dead(job.lease_owner):
+            continue
+        # Taken by compare-and-set on the lease as read: an ingest that renewed it since is alive after all,
+        # and one that finishes later finds its job gone and fails, instead of queueing a job losing rows.
+        with db.begin() as connection:
+            taken = connection.execute(
+                update(Job)
+                .where(
+                    Job.id == job.id,
+                    Job.status == INGESTING,
+                    Job.lease_owner == job.lease_owner,
+                    Job.lease_expires == job.lease_expires,
+                )
+                .values(status=DELETING)
+            ).rowcount
+        if taken == 1:
+            doomed.append(job.id)
+    for job_id in doomed:
+        delete_job(db, job_id)
+    return doomed
 
 
 def _visible(job: Any, owner: str | None) -> bool:
@@ -144,7 +318,7 @@ def job_view(db: Engine, job_id: str, owner: str | None) -> dict[str, Any] | Non
     """The job as the API shows it, with its result counts by status; None when absent or not the caller's."""
     with db.connect() as connection:
         job = connection.execute(select(Job).where(Job.id == job_id)).first()
-        if job is None or not _visible(job, owner):
+        if job is None or job.status in HIDDEN or not _visible(job, owner):
             return None
         counts = dict(
             connection.execute(
@@ -333,6 +507,8 @@ class JobRunner:
         chunk_rows: int = CHUNK_ROWS,
         flush_s: float = FLUSH_S,
         ready: Callable[[], None] | None = None,
+        retention_s: float | None = RETENTION_S,
+        sweep_s: float = SWEEP_S,
     ):
         self.db = db
         self._scorer = scorer
@@ -342,6 +518,8 @@ class JobRunner:
         self.chunk_rows = max(1, chunk_rows)
         self.flush_s = flush_s
         self.ready = ready or (lambda: None)
+        self.retention_s = retention_s
+        self.sweep_s = sweep_s
         self.owner_id = new_owner_id()
         self._stop = threading.Event()
         self._wake = threading.Event()
@@ -359,8 +537,13 @@ class JobRunner:
     # -- lifecycle --
 
     def start(self) -> None:
-        """Start the runner and heartbeat threads."""
-        for target, name in ((self._loop, "proctor-jobs"), (self._heartbeat, "proctor-jobs-heartbeat")):
+        """Start the runner, heartbeat and sweep threads."""
+        threads = (
+            (self._loop, "proctor-jobs"),
+            (self._heartbeat, "proctor-jobs-heartbeat"),
+            (self._sweeper, "proctor-jobs-sweep"),
+        )
+        for target, name in threads:
             thread = threading.Thread(target=target, name=name, daemon=True)
             thread.start()
             self._threads.append(thread)
@@ -421,9 +604,18 @@ class JobRunner:
 
     def claim(self) -> _Claim | None:
         """Take the oldest queued job, or a running one whose lease expired or whose owner died; None if none."""
+        for job in self._candidates():
+            claim = self._take(job)
+            if claim is not None:
+                return claim
+        return None
+
+    def _candidates(self) -> list[Any]:
+        """Unfinished jobs this runner may take, oldest first: queued ones, and running ones whose lease
+        expired or whose owner (a process on this host) is gone."""
         now = time.time()
         with self.db.connect() as connection:
-            candidates = connection.execute(
+            jobs = connection.execute(
                 select(
                     Job.id,
                     Job.status,
@@ -440,34 +632,48 @@ class JobRunner:
                 .order_by(Job.created_at)
                 .limit(50)
             ).all()
-        for job in candidates:
+        free = []
+        for job in jobs:
             held = job.status == "running" and job.lease_expires is not None and job.lease_expires >= now
             if held and (job.lease_owner == self.owner_id or not owner_is_dead(job.lease_owner)):
                 continue
-            with self.db.begin() as connection:
-                taken = connection.execute(
-                    update(Job)
-                    .where(Job.id == job.id, Job.status == job.status, Job.claims == job.claims)
-                    .values(
-                        status="running",
-                        lease_owner=self.owner_id,
-                        lease_expires=time.time() + self.lease_s,
-                        claims=Job.claims + 1,
-                        started_at=func.coalesce(Job.started_at, now),
-                    )
-                ).rowcount
-            if taken == 1:
-                if job.status == "running":
-                    log.warning("jobs: took over job %s from %s", job.id, job.lease_owner)
-                config = RescoreConfig(
-                    input=Path(job.source or "-"),
-                    output=Path("-"),
-                    verifier=job.verifier,
-                    response_field=job.response_field,
-                    reference_field=job.reference_field,
+            free.append(job)
+        return free
+
+    def _take(self, job: Any) -> _Claim | None:
+        """Claim `job` as it was read, by compare-and-set: a lease renewed since (its holder is alive after
+        all), another claim, or a status change makes this a no-op and answers None."""
+        now = time.time()
+        same_lease = (
+            Job.lease_owner.is_(None) if job.lease_owner is None else Job.lease_owner == job.lease_owner,
+            Job.lease_expires.is_(None)
+            if job.lease_expires is None
+            else Job.lease_expires == job.lease_expires,
+        )
+        with self.db.begin() as connection:
+            taken = connection.execute(
+                update(Job)
+                .where(Job.id == job.id, Job.status == job.status, Job.claims == job.claims, *same_lease)
+                .values(
+                    status="running",
+                    lease_owner=self.owner_id,
+                    lease_expires=time.time() + self.lease_s,
+                    claims=Job.claims + 1,
+                    started_at=func.coalesce(Job.started_at, now),
                 )
-                return _Claim(job.id, config, job.claims + 1, job.owner)
-        return None
+            ).rowcount
+        if taken != 1:
+            return None
+        if job.status == "running":
+            log.warning("jobs: took over job %s from %s", job.id, job.lease_owner)
+        config = RescoreConfig(
+            input=Path(job.source or "-"),
+            output=Path("-"),
+            verifier=job.verifier,
+            response_field=job.response_field,
+            reference_field=job.reference_field,
+        )
+        return _Claim(job.id, config, job.claims + 1, job.owner)
 
     def _check(self) -> None:
         if self._stop.is_set():
@@ -615,16 +821,37 @@ class JobRunner:
             if claim is None:
                 continue
             try:
-                with self.db.begin() as connection:
-                    held = connection.execute(
-                        update(Job)
-                        .where(Job.id == claim.id, Job.lease_owner == self.owner_id, Job.status == "running")
-                        .values(lease_expires=time.time() + self.lease_s)
-                    ).rowcount
-            except (
-                SQLAlchemyError
-            ) as exc:  # the write path retries and reports; the lease may lapse meanwhile
+                held = self._renew(claim)
+            except SQLAlchemyError as exc:
+                # The write path retries and reports; the lease may lapse meanwhile.
                 log.debug("jobs: heartbeat failed: %s", exc)
                 continue
-            if held != 1 and self._current is claim:
+            if not held and self._current is claim:
                 self._lost.set()
+
+    def _renew(self, claim: _Claim) -> bool:
+        """Extend the lease on `claim`'s job; False when this runner no longer holds it."""
+        with self.db.begin() as connection:
+            held = connection.execute(
+                update(Job)
+                .where(Job.id == claim.id, Job.lease_owner == self.owner_id, Job.status == "running")
+                .values(lease_expires=time.time() + self.lease_s)
+            ).rowcount
+        return held == 1
+
+    # -- retention --
+
+    def _sweeper(self) -> None:
+        """Delete expired and abandoned jobs every sweep_s (every replica sweeps; deleting twice is harmless)."""
+        while not self._stop.wait(self.sweep_s):
+            try:
+                self.ready()
+                deleted = sweep(self.db, self.retention_s)
+            except Exception as exc:  # the database is down, say: the next sweep tries again
+                log.warning(
+                    "jobs: the retention sweep failed (%s)",
+                    str(exc).splitlines()[0][:300] if str(exc) else exc,
+                )
+                continue
+            if deleted:
+                log.info("jobs: deleted %d jobs past retention or abandoned while created", len(deleted))

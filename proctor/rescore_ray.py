@@ -14,11 +14,12 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import re
 import socket
 import sys
 import tempfile
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -84,15 +85,69 @@ def _qualified(verifier: str | None) -> str | None:
         return None
 
 
-# The service's bearer token says who may call a Proctor service; scoring never reads it, so it stays here.
-_NOT_SENT = frozenset({"PROCTOR_TOKEN"})
+# What the tasks get of this process's environment. Ray stores a job's runtime_env in its control store, and
+# the dashboard and the state API (`ray list jobs --detail`, `ray list tasks --detail`) show it to anyone who
+# can reach them (a real cluster's dashboard has no authentication by default), so only settings that change
+# how a row is scored go there, never a credential.
+SCORING_SETTINGS = frozenset(
+    "PROCTOR_" + name
+    for name in (
+        "PLUGINS",
+        "LOG_LEVEL",
+        "POOL_MEMORY_MB",
+        "POOL_QUEUE",
+        "POOL_MAX_TASKS",
+        "INLINE_MAX_CHARS",
+        "CACHE_SIZE",
+        "END_TOKENS",
+        "DEFAULT_VERIFIER",
+        "SANDBOX_BACKEND",
+        "SANDBOX_WORKERS",
+        "SANDBOX_QUEUE",
+        "SANDBOX_MAX_MEMORY_MB",
+        "SANDBOX_MAX_CPU_S",
+        "SANDBOX_MAX_FILES",
+        "SANDBOX_MAX_DISK_MB",
+        "SANDBOX_IMAGE",
+        "SQL_DATABASES",
+        "SQL_CACHE_DIR",
+        "JUDGE_BASE_URL",
+        "JUDGE_MODEL",
+        "JUDGE_ALLOWED_URLS",
+        "JUDGE_CONCURRENCY",
+        "JUDGE_TIMEOUT_S",
+        "JUDGE_RETRY_BUDGET_S",
+        "EMBEDDINGS_BASE_URL",
+        "EMBEDDINGS_MODEL",
+        "EMBEDDINGS_ALLOWED_URLS",
+    )
+)
+"""The PROCTOR_* variables sent to the tasks as they are: scoring settings without secrets in them."""
+
+NEVER_SENT = frozenset(
+    "PROCTOR_" + name
+    for name in ("TOKEN", "DATABASE_URL", "REDIS_URL", "REDIS_CACHE_URL", "CACHE_SECRET", "AUDIT_LOG")
+)
+"""Variables --forward-env refuses: the service's token and shared state, which scoring never needs (a task
+given the Redis URL would even join the production Redis as a replica)."""
+
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
-def proctor_environment() -> dict[str, str]:
-    """The PROCTOR_* variables of this process, which the tasks get too so that they score as it would."""
-    return {
-        key: value for key, value in os.environ.items() if key.startswith("PROCTOR_") and key not in _NOT_SENT
-    }
+def proctor_environment(forward: Iterable[str] = ()) -> dict[str, str]:
+    """The scoring settings of this process (SCORING_SETTINGS, those set), plus each variable named in
+    `forward` (`--forward-env`, for the keys a judge needs); RescoreError for a name that is unset, malformed
+    or in NEVER_SENT."""
+    env = {key: value for key, value in os.environ.items() if key in SCORING_SETTINGS}
+    for name in forward:
+        if not _NAME.fullmatch(name):
+            raise RescoreError(f"--forward-env {name!r}: not an environment variable name", 2)
+        if name in NEVER_SENT:
+            raise RescoreError(f"--forward-env {name}: never sent to Ray tasks (scoring does not use it)", 2)
+        if name not in os.environ:
+            raise RescoreError(f"--forward-env {name}: it is not set here", 2)
+        env[name] = os.environ[name]
+    return env
 
 
 def check_reachable(address: str, timeout: float = 10.0) -> None:
@@ -167,18 +222,20 @@ def _auth_hint(log: str) -> str:
     return ""
 
 
-def ray_scorer(config: RescoreConfig) -> RayScorer:
+def ray_scorer(config: RescoreConfig, forward_env: Iterable[str] = ()) -> RayScorer:
     """The scorer of `proctor rescore --engine ray`: Ray tasks on the cluster at --address (a local one when
-    omitted); RescoreError for flags that contradict it."""
+    omitted), with the variables named in `forward_env` sent to them too; RescoreError for flags that
+    contradict it."""
     if config.server:
         raise RescoreError("--server and --engine ray exclude each other: the Ray tasks score in-process", 2)
-    return RayScorer(config.address, config.workers)
+    return RayScorer(config.address, config.workers, forward_env)
 
 
 class RayScorer:
     """Scores chunks as Ray tasks on the cluster at `address`, or on a local Ray instance started for the run."""
 
-    def __init__(self, address: str | None, workers: int | None):
+    def __init__(self, address: str | None, workers: int | None, forward_env: Iterable[str] = ()):
+        env_vars = proctor_environment(forward_env)  # a bad --forward-env fails before Ray starts
         if address is not None and workers is not None:
             raise RescoreError(
                 "--workers sets the CPUs of the local Ray instance; with --address the cluster's resources "
@@ -195,7 +252,7 @@ class RayScorer:
             "include_dashboard": False,
             "log_to_driver": False,  # a verifier's prints must not land in the summary on stdout
             "logging_level": logging.ERROR,
-            "runtime_env": {"env_vars": proctor_environment()},
+            "runtime_env": {"env_vars": env_vars},
         }
         if address is None:
             try:

@@ -263,6 +263,7 @@ def test_an_unreachable_address_fails_at_once_and_never_runs_locally(tmp_path):
         (("--address", "127.0.0.1:9"), "--address is the Ray cluster of --engine ray"),
         (("--engine", "ray", "--address", "127.0.0.1:9", "--workers", "2"), "--workers sets the CPUs"),
         (("--engine", "spark",), "invalid choice: 'spark'"),
+        (("--forward-env", "PATH"), "--forward-env sends variables to the tasks of --engine ray"),
     ],
 )  # fmt: skip
 def test_engine_flags_that_contradict_each_other_are_usage_errors(tmp_path, flags, message):
@@ -321,11 +322,76 @@ def test_an_address_where_something_else_listens_is_not_taken_for_a_ray_head():
     thread.join(timeout=10)
 
 
-def test_the_tasks_get_the_proctor_settings_but_not_the_service_token(monkeypatch):
+SECRETS = {
+    "PROCTOR_TOKEN": "service-token",
+    "PROCTOR_JUDGE_API_KEY": "sk-judge-secret",
+    "PROCTOR_EMBEDDINGS_API_KEY": "sk-emb-secret",
+    "PROCTOR_DATABASE_URL": "postgresql+psycopg://proctor:pg-secret@db/proctor",
+    "PROCTOR_REDIS_URL": "redis://:redis-secret@redis:6379/0",
+    "PROCTOR_REDIS_CACHE_URL": "redis://:redis-secret@cache:6379/0",
+    "PROCTOR_CACHE_SECRET": "cache-secret",
+    "PROCTOR_SQL_POSTGRES": '{"prod": "postgresql://reader:sql-secret@db/x"}',
+    "PROCTOR_AUDIT_LOG": "true",
+    "PROCTOR_SOMETHING_NEW": "unknown-secret",
+}
+
+
+def test_the_tasks_get_scoring_settings_and_no_credential(monkeypatch):
+    for key, value in SECRETS.items():
+        monkeypatch.setenv(key, value)
     monkeypatch.setenv("PROCTOR_PLUGINS", "tests.plugins.slow")
-    monkeypatch.setenv("PROCTOR_JUDGE_API_KEY", "judge-key")
-    monkeypatch.setenv("PROCTOR_TOKEN", "service-token")
+    monkeypatch.setenv("PROCTOR_JUDGE_BASE_URL", "http://judge:8001/v1")
+    monkeypatch.setenv("PROCTOR_SANDBOX_MAX_CPU_S", "5")
     monkeypatch.setenv("NOT_PROCTOR", "1")
     env = proctor_environment()
-    assert env["PROCTOR_PLUGINS"] == "tests.plugins.slow" and env["PROCTOR_JUDGE_API_KEY"] == "judge-key"
-    assert "PROCTOR_TOKEN" not in env and "NOT_PROCTOR" not in env
+    assert env == {
+        "PROCTOR_PLUGINS": "tests.plugins.slow",
+        "PROCTOR_JUDGE_BASE_URL": "http://judge:8001/v1",
+        "PROCTOR_SANDBOX_MAX_CPU_S": "5",
+    }
+    assert not any(secret in value for value in env.values() for secret in ("secret", "service-token"))
+
+
+def test_forward_env_sends_the_named_keys_and_refuses_shared_state(monkeypatch):
+    for key, value in SECRETS.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-openai")
+    env = proctor_environment(["PROCTOR_JUDGE_API_KEY", "OPENAI_API_KEY"])
+    assert env == {"PROCTOR_JUDGE_API_KEY": "sk-judge-secret", "OPENAI_API_KEY": "sk-openai"}
+    for name in ("PROCTOR_TOKEN", "PROCTOR_DATABASE_URL", "PROCTOR_REDIS_URL", "PROCTOR_REDIS_CACHE_URL",
+                 "PROCTOR_CACHE_SECRET", "PROCTOR_AUDIT_LOG"):  # fmt: skip
+        with pytest.raises(RescoreError, match="never sent") as caught:
+            proctor_environment([name])
+        assert caught.value.code == 2
+    with pytest.raises(RescoreError, match="not set here"):
+        proctor_environment(["PROCTOR_NOT_SET_ANYWHERE"])
+    with pytest.raises(RescoreError, match="not an environment variable name"):
+        proctor_environment(["A=B"])
+
+
+def test_the_runtime_env_of_a_ray_run_holds_no_secret(tmp_path, monkeypatch):
+    """What the cluster keeps (and its dashboard shows): the runtime_env handed to ray.init, read from a run."""
+    pytest.importorskip("ray")
+    import ray
+
+    from proctor.rescore import RescoreConfig
+    from proctor.rescore_ray import ray_scorer
+
+    for key, value in SECRETS.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.setenv("PROCTOR_JUDGE_MODEL", "judge-model")
+    seen: dict[str, Any] = {}
+
+    def recording_init(*args: Any, **kwargs: Any) -> None:
+        seen.update(kwargs)
+        raise RuntimeError("stop here: only the options are under test")
+
+    monkeypatch.setattr(ray, "init", recording_init)
+    config = RescoreConfig(
+        input=tmp_path / "in.jsonl", output=tmp_path / "out.jsonl", engine="ray", workers=1
+    )
+    with pytest.raises(RescoreError, match="stop here"):
+        ray_scorer(config, ["PROCTOR_JUDGE_API_KEY"])
+    assert seen["runtime_env"] == {
+        "env_vars": {"PROCTOR_JUDGE_MODEL": "judge-model", "PROCTOR_JUDGE_API_KEY": "sk-judge-secret"}
+    }
