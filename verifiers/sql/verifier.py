@@ -395,6 +395,14 @@ def _score(response: str, reference: SqliteReference | PostgresReference, option
     return verdict
 
 
+def mismatch_on_file(
+    reference: SqliteReference, path: Path, pred_sql: str, options: SqlOptions
+) -> dict[str, Any] | None:
+    """None when the prediction matches some gold when both run on the SQLite file at `path` (a copy derived
+    from the reference's database), else why not; raises GoldFailed, WorkerError as the verifier does."""
+    return _mismatch_on(_Target(reference, path=path), reference.golds, pred_sql, options)
+
+
 def _mismatch_on(
     target: _Target, golds: list[str], pred_sql: str, options: SqlOptions
 ) -> dict[str, Any] | None:

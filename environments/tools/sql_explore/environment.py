@@ -355,8 +355,7 @@ def _derived_mismatch(reference: SqliteReference, sql: str, options: SqlOptions)
         if source is None:
             raise WorkerError(f"database {reference.db_id!r} disappeared from the database folder")
         for copy in derived_copies(source, DERIVED):
-            target = sql_verifier._Target(reference, path=copy)  # noqa: SLF001 - the verifier's own runner
-            failed = sql_verifier._mismatch_on(target, reference.golds, sql, options)  # noqa: SLF001
+            failed = sql_verifier.mismatch_on_file(reference, copy, sql, options)
             if failed is not None:
                 return {"derived_copy": copy.stem, **failed}
     except sql_verifier.GoldFailed as exc:
