@@ -172,8 +172,12 @@ class Language:
             return java_classes(source)[0] + ".java"
         return self.source_name
 
-    def compile_command(self, source: str, limits: RunLimits | None = None) -> Command | None:
-        """The compile command: compile into out/ and pack it as out.tar; None for interpreted languages."""
+    def compile_command(
+        self, source: str, limits: RunLimits | None = None, *, pack: bool = True
+    ) -> Command | None:
+        """The compile command: compile into out/ and (with `pack`) pack it as out.tar for the host to fetch;
+        a warm jail that keeps the program where it was compiled needs no archive. None for interpreted
+        languages."""
         if self.compile_script is None:
             return None
         limits = limits or self.compile_limits
@@ -183,7 +187,8 @@ class Language:
                 f"mkdir -p {OUT_DIR} .tmp",
                 'export HOME="$PWD" TMPDIR="$PWD/.tmp"',
                 self.compile_script(self.file_name(source), limits),
-                f"tar -C {OUT_DIR} -cf {ARCHIVE} .",
+                # In place, the tests find what a test job gets: the sources and out/, no build caches.
+                f"tar -C {OUT_DIR} -cf {ARCHIVE} ." if pack else "rm -rf .tmp .go",
             ]
         )
         return Command(argv=["/bin/sh", "-c", script], limits=limits, name="compile")

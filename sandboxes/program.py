@@ -41,7 +41,7 @@ from proctor.sandboxes.job import (
     RunVerdict,
 )
 from proctor.sandboxes.languages import ARCHIVE, BASE_ENV, OUT_DIR, Language, get_language
-from proctor.sandboxes.warm import CallResult, WarmPython
+from proctor.sandboxes.warm import BatchTest, CallResult, WarmPython
 
 MAX_ARTIFACT_BYTES = 64 * 1024 * 1024
 
@@ -303,12 +303,30 @@ class WarmPythonRunner(_OneAtATime):
     def run(self, stdin: str, limits: RunLimits) -> CommandResult:
         return self.language.judge(self.server.run(stdin, limits))
 
+    def run_batch(
+        self,
+        stdins: Sequence[str],
+        limits: Sequence[RunLimits],
+        *,
+        first: int = 0,
+        stop_on_failure: bool = False,
+    ) -> list[CommandResult]:
+        tests = [
+            BatchTest(stdin=stdin, limits=limit, name=f"test{first + i}")
+            for i, (stdin, limit) in enumerate(zip(stdins, limits, strict=True))
+        ]
+        results = self.server.run_batch(tests, stop_on_failure=stop_on_failure)
+        return [self.language.judge(result) for result in results]
+
     def close(self) -> None:
         self.server.close()
 
 
 class WarmExecRunner(_OneAtATime):
-    """A compiled program fork+exec'd per test by a warm server that runs no candidate code, in one jail."""
+    """A compiled program spawned per test by a warm server that runs no candidate code, in one jail: the
+    program is compiled in that jail (by the server, as the host's own trusted step) and stays where it was
+    compiled, so nothing is packed, fetched or copied; the server itself is usually one started ahead of
+    time (warm.py's ReadyServers)."""
 
     def __init__(self, build: Build, limits: RunLimits):
         self.build = build
@@ -316,15 +334,33 @@ class WarmExecRunner(_OneAtATime):
         self.server: WarmPython | None = None
 
     def prepare(self) -> CompileOutcome:
-        outcome = self.build.build()
-        if outcome.ok:
-            # One jail for every test: a server that runs no candidate code and fork+execs the program.
-            files = self.build.files or []
-            self.server = WarmPython("", limits=self.limits, backend=self.build.backend, files=files)
-            started = self.server.start()
-            if not started.ok:
-                return CompileOutcome(status="sandbox_error", message=f"warm exec: {started.message}")
-        return outcome
+        build = self.build
+        sources = [build.source_file(), *build.extra_files]
+        # One jail for every test: a server that runs no candidate code and spawns the program.
+        self.server = WarmPython("", limits=self.limits, backend=build.backend, files=sources)
+        started = self.server.start()
+        if not started.ok:
+            return CompileOutcome(status="sandbox_error", message=f"warm exec: {started.message}")
+        command = build.language.compile_command(build.source, build.compile_limits, pack=False)
+        if command is None:
+            build.files = sources
+            return CompileOutcome(status="ok")
+        build.runs += 1
+        compiled = self.server.execute(command.argv, BASE_ENV, "", command.limits, command.name, trusted=True)
+        if compiled.verdict is RunVerdict.sandbox_error:
+            return CompileOutcome(status="sandbox_error", result=compiled, message=compiled.detail)
+        if compiled.verdict is not RunVerdict.ok:
+            return CompileOutcome(status="compile_error", result=compiled, message=_compile_message(compiled))
+        try:
+            artifacts = self.server.kept_files(OUT_DIR, MAX_ARTIFACT_BYTES)
+        except ValueError as exc:
+            return CompileOutcome(status="compile_error", result=compiled, message=str(exc))
+        except OSError as exc:
+            return CompileOutcome(status="sandbox_error", result=compiled, message=f"warm exec: {exc}")
+        # A server started again (after a test filled the jail's disk) gets the compiled files written in.
+        build.files = [*sources, *artifacts]
+        self.server.extra_files = list(build.files)
+        return CompileOutcome(status="ok", result=compiled)
 
     def ready(self) -> bool:
         return self.build.files is not None
@@ -334,6 +370,23 @@ class WarmExecRunner(_OneAtATime):
         command = self.build.command(stdin, limits)
         env = self.build.language.env(limits.memory_mb)
         return self.build.language.judge(self.server.execute(command.argv, env, stdin, limits, command.name))
+
+    def run_batch(
+        self,
+        stdins: Sequence[str],
+        limits: Sequence[RunLimits],
+        *,
+        first: int = 0,
+        stop_on_failure: bool = False,
+    ) -> list[CommandResult]:
+        assert self.server is not None
+        tests = []
+        for i, (stdin, limit) in enumerate(zip(stdins, limits, strict=True)):
+            command = self.build.command(stdin, limit, name=f"test{first + i}")
+            env = self.build.language.env(limit.memory_mb)
+            tests.append(BatchTest(stdin, limit, command.name, tuple(command.argv), env))
+        results = self.server.run_batch(tests, stop_on_failure=stop_on_failure)
+        return [self.build.language.judge(result) for result in results]
 
     def close(self) -> None:
         self.build.files = None

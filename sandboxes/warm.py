@@ -19,16 +19,20 @@ return value is only ever plain data decoded here; nothing the candidate says ab
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import json
 import logging
 import os
 import resource
 import select
+import stat
 import struct
 import threading
 import time
+import weakref
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
@@ -38,7 +42,7 @@ from proctor.sandboxes import storage, warm_server
 from proctor.sandboxes.backends import resolve_backend
 from proctor.sandboxes.backends.runner import add_cpu_wait_s, cpu_waits
 from proctor.sandboxes.job import Backend, CommandResult, CompileOutcome, File, Job, RunLimits, RunVerdict
-from proctor.sandboxes.languages import BASE_ENV, get_language
+from proctor.sandboxes.languages import BASE_ENV, COMPILE_LIMITS, get_language
 
 log = logging.getLogger(__name__)
 
@@ -106,6 +110,63 @@ def _relay(
     return {"failed": f"{outcome.result.verdict.value}: {outcome.result.detail}"}
 
 
+MAX_BATCH = 100  # tests in one batch request at most
+
+
+class RaisedLimits(PermissionError):
+    """A request wants rlimits above the jail's hard ones, which only ever come down: it needs a fresh jail."""
+
+
+def _ceiling(*limits: RunLimits | None) -> RunLimits:
+    """The rlimits an exec server's jail starts with: the highest of `limits` and of a compile run in it."""
+    return _highest(COMPILE_LIMITS, *limits)
+
+
+def _highest(first: RunLimits, *limits: RunLimits | None) -> RunLimits:
+    """`first` with the highest rlimit-setting values of it and `limits`."""
+    given = [first, *(x for x in limits if x is not None)]
+    return first.model_copy(
+        update={
+            "file_size_mb": max(x.file_size_mb for x in given),
+            "open_files": max(x.open_files for x in given),
+            "processes": max(x.processes for x in given),
+            "memory_mb": max(x.memory_mb for x in given),
+        }
+    )
+
+
+def _rlimits(limits: RunLimits) -> dict[int, tuple[int, int]]:
+    """The server's rlimits for a request's limits (every process of the test inherits them)."""
+    return {
+        resource.RLIMIT_FSIZE: (limits.file_size_mb * MB,) * 2,
+        resource.RLIMIT_NOFILE: (max(limits.open_files, 64),) * 2,
+        resource.RLIMIT_NPROC: (limits.processes + 2,) * 2,
+        resource.RLIMIT_STACK: (limits.memory_mb * MB,) * 2,
+    }
+
+
+def _jail_limits(limits: RunLimits) -> tuple[int, int, int, int]:
+    """What a whole jail applies (cgroup, the server's rlimits): tests share a batch only when these agree."""
+    return (limits.memory_mb, limits.processes, limits.file_size_mb, limits.open_files)
+
+
+@dataclass(frozen=True)
+class BatchTest:
+    """One stdio test of a batch: the loaded program (`argv` None) or a compiled program's `argv` and `env`."""
+
+    stdin: str = ""
+    limits: RunLimits | None = None
+    name: str = "run"
+    argv: tuple[str, ...] | None = None
+    env: dict[str, str] | None = None
+
+    def request(self) -> dict[str, Any]:
+        """The server request of this test alone."""
+        if self.argv is None:
+            return {"op": "run", "stdin": self.stdin}
+        return {"op": "exec", "argv": list(self.argv), "env": dict(self.env or {}), "stdin": self.stdin}
+
+
 class _Protocol(Exception):
     """The server broke the protocol or died; the message says how."""
 
@@ -114,7 +175,13 @@ class _Jail:
     """A slot of the backend with the warm server running in it, and our ends of its pipes."""
 
     def __init__(
-        self, backend: Backend, files: list[File], argv: list[str], env: dict[str, str], limits: RunLimits
+        self,
+        backend: Backend,
+        files: list[File],
+        argv: list[str],
+        env: dict[str, str],
+        limits: RunLimits,
+        ceiling: RunLimits | None = None,
     ):
         runner = getattr(backend, "runner", None)
         if runner is None or not hasattr(runner, "slots"):
@@ -122,7 +189,8 @@ class _Jail:
         self.slot = runner.slots.take()
         self.workdir: Any = None
         self.group = self.slot.group
-        self.limited: tuple[int, int] | None = None
+        self.limited: tuple[int, int, int, int] | None = None
+        self.cwd = ""
         self.buffer = bytearray()
         self.side = bytearray()  # the server's stderr and nsjail's log, last bytes kept for diagnostics
         # Test requests the server received: from the first on, candidate code may have run in the jail, and
@@ -142,18 +210,17 @@ class _Jail:
 
                 self.workdir = Workdir.create(Job(files=files, commands=[{"argv": ["true"]}]))
                 cwd, tmp = str(self.workdir.box), str(self.workdir.tmp)
+            self.cwd = cwd
             full_env = {"PATH": "/usr/bin:/bin", "HOME": cwd, "TMPDIR": tmp, **env}
-            self.set_limits(limits)
-            resource_limits = {
-                resource.RLIMIT_CPU: (3600, 3600),  # the server's own; each child gets the test's limit
-                resource.RLIMIT_FSIZE: (limits.file_size_mb * MB,) * 2,
-                resource.RLIMIT_NOFILE: (max(limits.open_files, 64),) * 2,
-                resource.RLIMIT_NPROC: (limits.processes + 2,) * 2,
-                resource.RLIMIT_CORE: (0, 0),
-                resource.RLIMIT_STACK: (limits.memory_mb * MB,) * 2,
-            }
-            for which, value in resource_limits.items():
+            # The server's own CPU limit; each child gets the test's (RLIMIT_CPU, the server's watch).
+            resource.prlimit(self.slot.waiting_pid, resource.RLIMIT_CPU, (3600, 3600))
+            resource.prlimit(self.slot.waiting_pid, resource.RLIMIT_CORE, (0, 0))
+            # Hard rlimits can only come down from here (the host may lack CAP_SYS_RESOURCE to raise them):
+            # the server starts at `ceiling` (a compile's, for an exec server) and each request then lowers
+            # them to its own; the cgroup holds the server's own start to `limits`.
+            for which, value in _rlimits(ceiling or limits).items():
                 resource.prlimit(self.slot.waiting_pid, which, value)
+            self._set_cgroup(limits)
             from proctor.sandboxes.backends.slots import script
 
             self.slot.send(script(argv, full_env, cwd))
@@ -163,10 +230,24 @@ class _Jail:
 
     def set_limits(self, limits: RunLimits) -> None:
         """The jail's memory and process limits for the next test (cgroup; RLIMIT_DATA without one)."""
-        wanted = (limits.memory_mb, limits.processes)
+        wanted = _jail_limits(limits)
         if wanted == self.limited:
             return
+        self.limited = None  # until every limit below is in place
+        # The server's rlimits, which every test's process inherits: set from outside (prlimit) for each
+        # request's limits, so a compile and the tests after it in one jail each get their own. They only
+        # come down: a request wanting more than the jail's hard limits needs a fresh jail (RaisedLimits).
+        rlimits = _rlimits(limits)
+        for which, (_, hard) in rlimits.items():
+            if hard > resource.prlimit(self.slot.waiting_pid, which)[1]:
+                raise RaisedLimits(f"rlimit {which} above this jail's")
+        for which, value in rlimits.items():
+            resource.prlimit(self.slot.waiting_pid, which, value)
+        self._set_cgroup(limits)
         self.limited = wanted
+
+    def _set_cgroup(self, limits: RunLimits) -> None:
+        """The jail's memory and process limits (cgroup; RLIMIT_DATA without one)."""
         if self.group is None:
             # Never RLIMIT_AS (see languages.py); children inherit the server's limit when they fork.
             memory = (limits.memory_mb * MB,) * 2
@@ -276,6 +357,12 @@ class _Jail:
             raise _Protocol("a reply that is not a JSON object")
         return message
 
+    def host_dir(self) -> Path | None:
+        """The jail's working directory as the host sees it."""
+        if self.slot.box is not None:
+            return self.slot.box
+        return self.workdir.box if self.workdir is not None else None
+
     def side_text(self) -> str:
         """What the server and nsjail wrote on their side channels (last 64 KB)."""
         return self.side.decode("utf-8", "replace")
@@ -285,6 +372,39 @@ class _Jail:
         self.slot.discard()
         if self.workdir is not None:
             self.workdir.remove()
+
+
+def _read_files(root: Path, folder: str, max_bytes: int) -> list[File]:
+    """Regular files under root/folder as `File`s named relative to root (see WarmPython.kept_files)."""
+    found: list[File] = []
+    total = 0
+    base = root / folder
+    if base.is_symlink() or not base.is_dir():
+        return found
+    for directory, names, files in os.walk(base, followlinks=False):
+        names.sort()
+        for name in sorted(files):
+            path = Path(directory) / name
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+            with os.fdopen(fd, "rb") as handle:
+                info = os.fstat(handle.fileno())
+                if not stat.S_ISREG(info.st_mode):
+                    continue
+                total += info.st_size
+                if total > max_bytes:
+                    raise ValueError(f"compiled program is larger than {max_bytes} bytes")
+                data = handle.read(info.st_size + 1)
+            if len(data) > info.st_size:
+                raise ValueError("a compiled file kept growing while it was read")
+            found.append(
+                File(
+                    path=str(path.relative_to(root)),
+                    content=base64.b64encode(data).decode(),
+                    base64=True,
+                    executable=bool(info.st_mode & 0o111),
+                )
+            )
+    return found
 
 
 def _write_files(box: Path, files: list[File], owner: tuple[int, int]) -> None:
@@ -303,6 +423,157 @@ def _failure(
     name: str, verdict: RunVerdict, detail: str, wall_s: float = 0.0, stderr: str = ""
 ) -> CommandResult:
     return CommandResult(name=name, verdict=verdict, detail=detail, wall_s=round(wall_s, 6), stderr=stderr)
+
+
+READY_SERVERS = 1  # exec servers kept started ahead of time per backend (with warm slots, nsjail only)
+
+
+def _server_files(source: str) -> list[File]:
+    """The files a server's jail starts with: the program (`main.py`) and the server itself."""
+    server = Path(warm_server.__file__).read_text()
+    return [File(path="main.py", content=source), File(path=SERVER_FILE, content=server)]
+
+
+def _start_exec_server(backend: Backend) -> _Jail | None:
+    """A jail whose trusted server (stdio mode, no program: it runs no candidate code) is up and has said it is
+    the jail's init and not dumpable; None when it did not come up so (the caller starts its own and reports)."""
+    maxima = getattr(backend, "maxima", None)
+    limits = maxima.clamp(LOAD_LIMITS) if maxima is not None else LOAD_LIMITS
+    env = {**BASE_ENV, **get_language("python").env(limits.memory_mb)}
+    argv = [PYTHON, "-I", SERVER_FILE, "stdio", "main.py"]
+    started = time.monotonic()
+    jail = _Jail(backend, _server_files(""), argv, env, limits, _ceiling(limits))
+    cpu_before = jail.cpu_s()
+    cap = None if cpu_before is None else cpu_before + limits.cpu_s
+    try:
+        ready = jail.receive(started, limits.wall_backstop_s + GRACE_S, 1 << 20, cap)
+    except _Protocol:
+        jail.close()
+        return None
+    if not (ready.get("ready") and ready.get("init") is True and ready.get("guarded") is True):
+        jail.close()
+        return None
+    return jail
+
+
+class _ReadyState:
+    """The ready servers one backend's refill thread keeps (apart from the pool, which can be collected)."""
+
+    def __init__(self, count: int) -> None:
+        self.count = count
+        self.jails: list[_Jail] = []
+        self.cond = threading.Condition()
+        self.closed = False
+        self.thread: threading.Thread | None = None
+
+    def close(self) -> None:
+        """Stop refilling and kill every ready server."""
+        with self.cond:
+            self.closed = True
+            jails, self.jails = self.jails, []
+            self.cond.notify_all()
+        for jail in jails:
+            jail.close()
+
+
+def _refill_servers(state: _ReadyState, backend_ref: weakref.ref[Backend]) -> None:
+    """Keep `state.count` servers started while the backend lives and the pool is open; back off on failures."""
+    backoff = 1.0
+    while True:
+        with state.cond:
+            while not state.closed and len(state.jails) >= state.count:
+                state.cond.wait()
+            if state.closed:
+                return
+        backend = backend_ref()
+        if backend is None:
+            return
+        try:
+            jail = _start_exec_server(backend)
+        except Exception:  # noqa: BLE001 - the request path starts its own server and reports the error
+            log.warning("could not start a warm exec server ahead of time", exc_info=True)
+            jail = None
+        del backend
+        if jail is None:
+            with state.cond:
+                state.cond.wait(timeout=backoff)
+            backoff = min(backoff * 2, 60.0)
+            continue
+        backoff = 1.0
+        with state.cond:
+            if state.closed:
+                jail.close()
+                return
+            state.jails.append(jail)
+
+
+class ReadyServers:
+    """Exec servers (warm_server in stdio mode with no program) started ahead of time in jails of the backend's
+    warm slots, so a compiled submission takes one (~0.1 ms) instead of starting Python in a jail on its
+    request path (~25 ms). A taken server is the caller's alone: it gets the submission's files and limits,
+    and is killed with the submission; a background thread starts its replacement."""
+
+    def __init__(self, backend: Backend, count: int = READY_SERVERS) -> None:
+        self.backend_ref = weakref.ref(backend)
+        self.state = _ReadyState(count)
+        self._lock = threading.Lock()
+        self._finalizer = weakref.finalize(self, self.state.close)
+
+    def take(self) -> _Jail | None:
+        """A started server whose jail is still alive, or None (none ready: the caller starts one itself)."""
+        with self._lock:
+            if self.state.thread is None and self.state.count > 0 and not self.state.closed:
+                thread = threading.Thread(
+                    target=_refill_servers,
+                    args=(self.state, self.backend_ref),
+                    name="warm-exec-servers",
+                    daemon=True,
+                )
+                self.state.thread = thread
+                thread.start()
+        with self.state.cond:
+            jail = self.state.jails.pop(0) if self.state.jails else None
+            self.state.cond.notify_all()
+        if jail is not None and (
+            jail.slot.proc.poll() is not None or time.monotonic() - jail.slot.born > MAX_READY_S
+        ):
+            jail.close()
+            return None
+        return jail
+
+    def close(self) -> None:
+        """Kill the ready servers and stop refilling (a later `take` starts again)."""
+        with self._lock:
+            self._finalizer()
+            self.state = _ReadyState(self.state.count)
+            self._finalizer = weakref.finalize(self, self.state.close)
+
+
+MAX_READY_S = 1800.0  # a ready server older than this is replaced (its slot's jail has a lifetime cap)
+_ready_lock = threading.Lock()
+_ready: weakref.WeakKeyDictionary[Any, ReadyServers] = weakref.WeakKeyDictionary()
+
+
+def ready_servers(backend: Backend) -> ReadyServers | None:
+    """The backend's ready exec servers: nsjail backends with warm slots only (a server's files are written into
+    the slot's own directory after it started); None elsewhere."""
+    runner = getattr(backend, "runner", None)
+    slots = getattr(runner, "slots", None)
+    if slots is None or getattr(slots, "warm", 0) <= 0 or getattr(backend, "name", "") != "nsjail":
+        return None
+    with _ready_lock:
+        found = _ready.get(backend)
+        if found is None:
+            found = _ready[backend] = ReadyServers(backend)
+        return found
+
+
+def close_ready_servers(backend: Backend) -> None:
+    """Kill a backend's ready exec servers (its `close`)."""
+    with _ready_lock:
+        found = _ready.get(backend)
+    if found is not None:
+        found.close()
 
 
 class WarmPython:
@@ -343,6 +614,7 @@ class WarmPython:
         self._lock = threading.Lock()
         self._next_id = 0
         self._trusted = False
+        self._raised: RunLimits | None = None  # limits above a jail's rlimits: the next jail starts with them
 
     def __enter__(self) -> WarmPython:
         return self
@@ -375,22 +647,48 @@ class WarmPython:
             return self._outcome
 
     def _files(self) -> list[File]:
-        server = Path(warm_server.__file__).read_text()
-        return [
-            File(path="main.py", content=self.source),
-            File(path=SERVER_FILE, content=server),
-            *self.extra_files,
-        ]
+        return [*_server_files(self.source), *self.extra_files]
+
+    def _take_ready(self) -> bool:
+        """Adopt a server started ahead of time (an exec server: stdio mode, no program) with this
+        submission's files written into its jail; False when none is ready or the files do not go in."""
+        if self.mode != "stdio" or self.source:
+            return False
+        pool = ready_servers(self.backend)
+        jail = pool.take() if pool is not None else None
+        if jail is None or jail.slot.box is None:
+            if jail is not None:
+                jail.close()
+            return False
+        try:
+            from proctor.sandboxes.backends.nsjail import SANDBOX_ID
+
+            _write_files(jail.slot.box, self.extra_files, (SANDBOX_ID, SANDBOX_ID))
+        except OSError as exc:
+            log.warning("could not write a submission's files into a ready warm server: %s", exc)
+            jail.close()
+            return False
+        self._jail = jail
+        self._trusted = True  # _start_exec_server checked: stdio mode, init, not dumpable
+        return True
 
     def _load(self) -> CompileOutcome:
-        """Start a server; CompileOutcome says whether tests can run against it."""
+        """Start a server (or take one started ahead of time); CompileOutcome says whether tests can run."""
         self.starts += 1
+        if self._take_ready():
+            return CompileOutcome(status="ok")
         limits = self._clamp(self.load_limits)
         env = {**BASE_ENV, **get_language("python").env(limits.memory_mb)}
         argv = [PYTHON, "-I", SERVER_FILE, self.mode, "main.py"]
         started = time.monotonic()
         try:
-            jail = _Jail(self.backend, self._files(), argv, env, limits)
+            # An exec server (no program) runs a compile first; a loaded program starts at its own limits.
+            exec_server = self.mode == "stdio" and not self.source
+            if exec_server:
+                ceiling: RunLimits | None = _ceiling(self.limits, self._raised)
+            else:
+                ceiling = _highest(limits, self._raised) if self._raised is not None else None
+            jail = _Jail(self.backend, self._files(), argv, env, limits, ceiling)
         except Exception as exc:  # noqa: BLE001 - no jail is a machinery failure, reported as such
             log.warning("warm sandbox could not start: %s", exc)
             return CompileOutcome(status="sandbox_error", message=f"{type(exc).__name__}: {exc}")
@@ -467,14 +765,170 @@ class WarmPython:
         stdin: str = "",
         limits: RunLimits | None = None,
         name: str = "run",
+        *,
+        trusted: bool = False,
     ) -> CommandResult:
         """Run a compiled program (`argv`, relative to the job's directory, with exactly `env`) on `stdin` in a
-        fork+exec'd child of the server (stdio mode; the server itself runs no candidate code)."""
+        spawned child of the server (stdio mode; the server itself runs no candidate code). `trusted`: the
+        host's own step, such as the compiler on the candidate's source, which runs none of the candidate's
+        code: the server's failures after it still count as the machinery's (a first test's too)."""
         if self.mode != "stdio":
             raise ValueError("execute() needs mode='stdio'")
         request = {"op": "exec", "argv": list(argv), "env": dict(env), "stdin": stdin}
+        if trusted:
+            request["trusted"] = True
         reply, result = self._request(request, limits or self.limits, name)
         return result
+
+    def kept_files(self, folder: str, max_bytes: int) -> list[File]:
+        """The regular files under `folder` of the jail's working directory, read on the host (links and
+        anything else are left out, and never followed), as files a fresh jail can be given; ValueError past
+        `max_bytes` in all, OSError when the jail is gone."""
+        with self._lock:
+            jail = self._jail
+            if jail is None:
+                raise OSError("the warm sandbox is gone")
+            root = jail.host_dir()
+            if root is None:
+                raise OSError("the warm sandbox has no working directory on the host")
+            return _read_files(root, folder, max_bytes)
+
+    def run_batch(
+        self,
+        tests: Sequence[BatchTest],
+        *,
+        stop_on_failure: bool = False,
+    ) -> list[CommandResult]:
+        """Run several stdio tests (`BatchTest`: the program itself, or a compiled `argv` with its `env`) in
+        order, each in a fresh process exactly as `run`/`execute` would, but sent to the server in one
+        request when it is trusted (it ran no candidate code: stdio mode, the jail's init, not dumpable), so
+        the host pays one exchange instead of one per test. With `stop_on_failure` the first test that does
+        not end ok ends the list. Tests are sent together only while they share the jail's limits (memory,
+        processes, rlimits); anything a batch cannot attribute to one test (an OOM kill, a lost server) makes
+        the host run that batch's tests again one request each, so each verdict is the one a lone request
+        would get."""
+        if self.mode != "stdio":
+            raise ValueError("run_batch() needs mode='stdio'")
+        results: list[CommandResult] = []
+        index = 0
+        while index < len(tests):
+            group = [tests[index]]
+            jail_limits = _jail_limits(self._clamp(tests[index].limits or self.limits))
+            while (
+                index + len(group) < len(tests)
+                and len(group) < MAX_BATCH
+                and _jail_limits(self._clamp(tests[index + len(group)].limits or self.limits)) == jail_limits
+            ):
+                group.append(tests[index + len(group)])
+            ran = self._batch(group, stop_on_failure)
+            results.extend(ran)
+            # A batch also ends early at a full disk or a broken server: the rest go on in a fresh jail.
+            if not ran or (stop_on_failure and ran[-1].verdict is not RunVerdict.ok):
+                break
+            index += len(ran)
+        return results
+
+    def _batch(self, tests: Sequence[BatchTest], stop_on_failure: bool) -> list[CommandResult]:
+        """One batch request, or one request per test where a batch cannot be used or judged."""
+        with self._lock:
+            ready = self._ensure()
+            if isinstance(ready, CompileOutcome) or not self._trusted or len(tests) == 1:
+                batched = None
+            else:
+                self.tests += len(tests)
+                batched = self._exchange_batch(ready, tests, stop_on_failure)
+        if batched is not None:
+            return batched
+        results: list[CommandResult] = []
+        for test in tests:
+            _, result = self._request(test.request(), test.limits or self.limits, test.name)
+            results.append(result)
+            if stop_on_failure and result.verdict is not RunVerdict.ok:
+                break
+        return results
+
+    def _exchange_batch(
+        self, jail: _Jail, tests: Sequence[BatchTest], stop_on_failure: bool
+    ) -> list[CommandResult] | None:
+        """Send `tests` as one batch to a trusted server and judge each reply as `_exchange` would; None when
+        the batch must be run again one test at a time (an OOM kill in the jail, which no reply can be matched
+        to, or a server lost mid-batch: its next request gets a fresh one)."""
+        self._next_id += 1
+        limits = [self._clamp(test.limits or self.limits) for test in tests]
+        requests = []
+        for test, limit in zip(tests, limits, strict=True):
+            request = test.request()
+            request.update(
+                cpu_s=limit.cpu_s,
+                wall_s=limit.wall_backstop_s,
+                output_bytes=limit.output_bytes,
+                stderr_bytes=limit.stderr_bytes,
+            )
+            requests.append(request)
+        budget, home = jail.slot.storage, jail.slot.home
+        full = jail.cwd if budget is not None and home is not None and jail.slot.box is not None else None
+        message = {
+            "op": "batch",
+            "id": self._next_id,
+            "tests": requests,
+            "stop_on_failure": stop_on_failure,
+            "full": full,
+        }
+        try:
+            jail.set_limits(limits[0])
+        except OSError:
+            return None  # one request per test reports it as `_exchange` does
+        oom_before = jail.oom_kills()
+        cpu_before = jail.cpu_s()
+        started = time.monotonic()
+        cap = None if cpu_before is None else cpu_before + sum(x.cpu_s * 1.5 + 0.5 for x in limits)
+        max_bytes = sum(8 * (2 * x.output_bytes + x.stderr_bytes) for x in limits) + MB
+        backstop = sum(x.wall_backstop_s for x in limits) + GRACE_S
+        jail.begin_wait()
+        try:
+            jail.send(message)
+            jail.requests += 1
+            reply = jail.receive(started, backstop, max_bytes, cap)
+            if reply.get("id") != self._next_id or not isinstance(reply.get("results"), list):
+                raise _Protocol("a reply to another request")
+        except _Protocol:
+            add_cpu_wait_s(jail.sample_wait())
+            self._jail = None
+            jail.close()
+            return None
+        replies = [item for item in reply["results"][: len(tests)] if isinstance(item, dict)]
+        waits = 0.0
+        for item in replies:
+            with contextlib.suppress(TypeError, ValueError):
+                waits += min(float(item.get("cpu_wait_s") or 0.0), float(item.get("wall_s") or 0.0))
+        add_cpu_wait_s(max(jail.sample_wait(), waits))
+        if jail.oom_kills() > oom_before:
+            return None  # which test's process the kernel killed is not in any reply: ask one at a time
+        results: list[CommandResult] = []
+        broken = False
+        for position, item in enumerate(replies):
+            result = self._judge(
+                item,
+                limits[position],
+                tests[position].name,
+                0.0,
+                None,
+                False,
+                ran_before=jail.requests > 1 or position > 0,
+            )
+            what = str(item.get("full") or "")
+            if budget is not None and what in ("bytes", "files"):
+                if result.verdict in (RunVerdict.ok, RunVerdict.runtime_error):
+                    result.verdict, result.detail = RunVerdict.output_limit, budget.describe(what)
+                broken = True
+            broken = broken or bool(item.get("server_failed")) or bool(item.get("tampered"))
+            results.append(result)
+        if broken or (budget is not None and home is not None and storage.full(home)):
+            self._jail = None
+            jail.close()
+        if not results:
+            return None
+        return results
 
     def call(
         self,
@@ -589,6 +1043,9 @@ class WarmPython:
     ) -> tuple[dict[str, Any] | None, CommandResult]:
         self._next_id += 1
         limits = self._clamp(limits)
+        budget, home = jail.slot.storage, jail.slot.home
+        if budget is not None and home is not None and jail.slot.box is not None:
+            request["full"] = jail.cwd  # the server says whether the test filled it, before it cleans up
         request.update(
             id=self._next_id,
             cpu_s=limits.cpu_s,
@@ -598,7 +1055,18 @@ class WarmPython:
             stderr_bytes=limits.stderr_bytes,
         )
         try:
-            jail.set_limits(limits)
+            try:
+                jail.set_limits(limits)
+            except RaisedLimits:
+                # rlimits only come down in a jail: this request gets a fresh one that starts with its own.
+                self._raised = _highest(limits, self._raised)
+                self._jail = None
+                jail.close()
+                again = self._ensure()
+                if isinstance(again, CompileOutcome):
+                    return None, _failure(name, RunVerdict.sandbox_error, f"no fresh jail: {again.message}")
+                jail = again
+                jail.set_limits(limits)
         except OSError as exc:
             if jail.requests and isinstance(exc, ProcessLookupError):  # the server died after a test ran
                 self._jail = None
@@ -616,7 +1084,7 @@ class WarmPython:
         jail.begin_wait()
         try:
             jail.send(request)
-            jail.requests += 1
+            jail.requests += 0 if request.get("trusted") else 1
             while True:
                 reply = jail.receive(started + paused, limits.wall_backstop_s + GRACE_S, max_bytes, cap)
                 if on_call is None or "call" not in reply:
@@ -649,12 +1117,18 @@ class WarmPython:
 
     def _after_test(self, jail: _Jail, reply: dict[str, Any], result: CommandResult) -> None:
         """What the jail says after a test: its tmpfs full (no byte or no inode left, even if the program
-        ignored the error) is `output_limit`, as for a job's command; a full or broken jail is replaced."""
+        ignored the error) is `output_limit`, as for a job's command; a full or broken jail is replaced. The
+        server measures it before it removes what the test left; the host looks again after the reply."""
         budget, home = jail.slot.storage, jail.slot.home
         what = storage.full(home) if budget is not None and home is not None else ""
+        said = str(reply.get("full") or "")
+        if budget is not None and not what and said in ("bytes", "files"):
+            what = said
         if budget is not None and what and result.verdict in (RunVerdict.ok, RunVerdict.runtime_error):
             result.verdict, result.detail = RunVerdict.output_limit, budget.describe(what)
-        if what or reply.get("server_failed"):
+        # A test that changed the files the jail started with (the server removes what tests add) leaves a
+        # jail that is not as fresh as the next test must find it: it gets a new one.
+        if what or reply.get("server_failed") or reply.get("tampered"):
             self._jail = None
             jail.close()
 

@@ -423,6 +423,7 @@ def run_child(state, request, cpu_limit, stdin_fd, out_w, err_w, res_w):
         except OSError:
             pass
         signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+        signal.signal(signal.SIGXCPU, signal.SIG_DFL)  # the server ignores it (spawn_program)
         signal.signal(signal.SIGINT, signal.default_int_handler)  # a test keeps the usual Ctrl-C
         if op == "exec":
             exec_program(request)
@@ -437,11 +438,91 @@ def run_child(state, request, cpu_limit, stdin_fd, out_w, err_w, res_w):
         os._exit(111)
 
 
+# What a spawned program starts with, as a forked test sets it up before exec: its own session, stdio on the
+# test's pipes, the default action for the signals the server ignores (Python ignores SIGPIPE and SIGXFSZ; the
+# server also SIGINT and SIGXCPU), an empty signal mask, RLIMIT_CPU and oom_score_adj 1000 (below).
+SPAWN_DEFAULT_SIGNALS = (signal.SIGPIPE, signal.SIGXFSZ, signal.SIGINT, signal.SIGXCPU)
+OOM_ADJ = {
+    "fd": None,
+    "own": b"0",
+}  # the server's /proc/self/oom_score_adj, opened before it stopped being dumpable
+
+
+def spawn_program(request, cpu_limit, stdin_fd, out_w, err_w):
+    """Start a compiled program with posix_spawn (vfork+exec: about 0.5 ms where fork+exec of this Python
+    process costs 1.5-2 ms), set up as a forked test would be; None when it cannot (the caller forks instead,
+    which also reports a program that cannot be exec'd as exit status 127).
+
+    A spawned child runs no code of ours between fork and exec, so what a forked child sets on itself is set on
+    the server around the spawn and inherited: RLIMIT_CPU's soft limit (the hard one cannot be raised again;
+    the server's watch and the host's cgroup cap stop the program first anyway) and oom_score_adj (raised to
+    1000 and put back: an unprivileged process may lower it again to the value it started with). The server
+    ignores SIGXCPU, so its own CPU time passing the lowered soft limit during the spawn does not end it. exec
+    makes the child dumpable again; every fd the server holds is close-on-exec (`seal_fds`)."""
+    env = {k: v for k, v in os.environ.items() if k in ("PATH", "HOME", "TMPDIR", "LANG")}
+    env.update(request.get("env") or {})
+    argv = request["argv"]
+    soft, hard = resource.getrlimit(resource.RLIMIT_CPU)
+    seconds = max(1, math.ceil(cpu_limit)) + 1
+    if hard != resource.RLIM_INFINITY:
+        seconds = min(seconds, hard)
+    adjusted = oom_adjust(b"1000")
+    try:
+        resource.setrlimit(resource.RLIMIT_CPU, (seconds, hard))
+        return os.posix_spawn(
+            argv[0],
+            argv,
+            env,
+            file_actions=[
+                (os.POSIX_SPAWN_DUP2, stdin_fd, 0),
+                (os.POSIX_SPAWN_DUP2, out_w, 1),
+                (os.POSIX_SPAWN_DUP2, err_w, 2),
+            ],
+            setsid=True,
+            setsigmask=(),
+            setsigdef=SPAWN_DEFAULT_SIGNALS,
+        )
+    except (OSError, ValueError, TypeError, IndexError):
+        return None
+    finally:
+        resource.setrlimit(resource.RLIMIT_CPU, (soft, hard))
+        if adjusted:
+            oom_adjust(OOM_ADJ["own"])
+
+
+def oom_adjust(value):
+    """Write the server's own oom_score_adj (the spawned child inherits it); False when it cannot."""
+    fd = OOM_ADJ["fd"]
+    if fd is None:
+        return False
+    try:
+        os.pwrite(fd, value, 0)
+    except OSError:
+        return False
+    return True
+
+
+def seal_fds():
+    """Make every fd above 2 that the server inherited close-on-exec (Python's own are already), so no spawned
+    program inherits one, and open oom_score_adj for `oom_adjust` while the server can still open it."""
+    with contextlib.suppress(OSError):
+        for name in os.listdir("/proc/self/fd"):
+            fd = int(name)
+            if fd > 2:
+                with contextlib.suppress(OSError):
+                    os.set_inheritable(fd, False)
+    with contextlib.suppress(OSError):
+        fd = os.open("/proc/self/oom_score_adj", os.O_RDWR | os.O_CLOEXEC)
+        own = os.pread(fd, 16, 0).strip() or b"0"
+        OOM_ADJ["fd"], OOM_ADJ["own"] = fd, own
+
+
 def exec_program(request):
     """A compiled program: the server (trusted, it never ran candidate code) forks, the child becomes the
     program. Its environment is the request's; exec failing is exit status 127."""
     env = {k: v for k, v in os.environ.items() if k in ("PATH", "HOME", "TMPDIR", "LANG")}
     env.update(request.get("env") or {})
+    signal.signal(signal.SIGXFSZ, signal.SIG_DFL)  # as a spawned program (spawn_program) and a fresh shell's
     try:
         os.execve(request["argv"][0], request["argv"], env)
     except OSError as exc:
@@ -583,6 +664,8 @@ def exit_verdict(cpu, cpu_limit, exit_code, sig):
     """(verdict, detail) of a child that ended within the limits the parent watched."""
     if cpu > cpu_limit or sig == signal.SIGXCPU:
         return "time_limit", f"cpu {cpu:.3f} s > {cpu_limit:.3f} s"
+    if sig == signal.SIGXFSZ:  # as a job's command: the file size limit is an output limit
+        return "output_limit", "a file passed the file size limit"
     if sig == signal.SIGKILL:
         # Nothing here sent it: inside the jail only the cgroup's OOM killer does.
         return "memory_limit", "killed by SIGKILL (memory limit)"
@@ -595,6 +678,8 @@ def exit_verdict(cpu, cpu_limit, exit_code, sig):
 
 def run_test(state, request):
     """Run one test in a forked child, watched until it ends, and reap it and everything it left: the reply."""
+    if not request.get("trusted") and state.get("kept") is None:
+        state["kept"] = snapshot()
     limits = test_limits(request)
     call = request.get("op") == "call"
     stdin_fd = stdin_memfd(request.get("stdin", ""))
@@ -605,10 +690,13 @@ def run_test(state, request):
         stream.flush()
     reaped_before = reaped_cpu()
     started = time.monotonic()
-    pid = os.fork()
-    if pid == 0:
-        run_child(state, request, limits[0], stdin_fd, out_w, err_w, res_w)
-    CANDIDATE_RAN[0] = True
+    pid = spawn_program(request, limits[0], stdin_fd, out_w, err_w) if request.get("op") == "exec" else None
+    if pid is None:
+        pid = os.fork()
+        if pid == 0:
+            run_child(state, request, limits[0], stdin_fd, out_w, err_w, res_w)
+    if not request.get("trusted"):  # the host's own step (a compiler on the candidate's source) is not
+        CANDIDATE_RAN[0] = True
     state["child"] = pid
     for fd in (stdin_fd, out_w, err_w, res_w):
         if fd is not None:
@@ -623,7 +711,237 @@ def run_test(state, request):
     state["child"] = None
     watch.close(pidfd)
     cpu = max(watch.peak_cpu, usage.ru_utime + usage.ru_stime, reaped_cpu() - reaped_before)
-    return watch.reply(status, usage, cpu, wall)
+    reply = watch.reply(status, usage, cpu, wall)
+    # Full is judged on what the test left, before it is removed: a full disk after a run is output_limit.
+    full = filesystem_full(request.get("full"))
+    if full:
+        reply["full"] = full
+    if request.get("trusted"):
+        state["kept"] = None  # the host's own step changed the files: the next test takes the snapshot
+    else:
+        tampered = restore(state["kept"])
+        if tampered:
+            reply["tampered"] = tampered
+    return reply
+
+
+# -- what a test leaves behind -------------------------------------------------------------------------
+# Each test starts from the jail as it was before the first test: whatever a test created in the working
+# directory or the temporary one is removed after it, and so are the System V IPC objects it made (they
+# outlive processes and hold memory), so the next test has the same files, disk, inodes and memory that a
+# fresh jail would give it. A test that changed or removed a file that was there before (the program itself,
+# its source) is reported (`tampered`): the host replaces the jail before the next test.
+
+
+def roots():
+    """The folders tests may write: the working directory and TMPDIR."""
+    found = []
+    for path in (os.getcwd(), os.environ.get("TMPDIR") or "/tmp"):
+        if path and os.path.isdir(path) and path not in found:
+            found.append(path)
+    return found
+
+
+def walk(root):
+    """(relative path, lstat) of everything under root, never following links; parents before children."""
+    found = []
+    stack = [""]
+    while stack:
+        relative = stack.pop()
+        try:
+            entries = list(os.scandir(os.path.join(root, relative) if relative else root))
+        except OSError:
+            continue
+        for entry in entries:
+            path = os.path.join(relative, entry.name)
+            try:
+                info = entry.stat(follow_symlinks=False)
+            except OSError:
+                continue
+            found.append((path, info))
+            if entry.is_dir(follow_symlinks=False):
+                stack.append(path)
+    return found
+
+
+def fingerprint(info):
+    """What must not change in a file that was there before the tests (a directory's listing may)."""
+    if stat_is_dir(info.st_mode):
+        return ("dir", info.st_ino, info.st_mode)
+    return ("file", info.st_ino, info.st_mode, info.st_size, info.st_mtime_ns)
+
+
+def stat_is_dir(mode):
+    return (mode & 0o170000) == 0o040000
+
+
+IPC_KINDS = ("shm", "sem", "msg")
+
+
+def ipc_ids():
+    """{kind: set of ids} of the System V IPC objects in this IPC namespace."""
+    found = {}
+    for kind in IPC_KINDS:
+        ids = set()
+        with contextlib.suppress(OSError, ValueError, IndexError), open(f"/proc/sysvipc/{kind}") as handle:
+            for line in handle.read().splitlines()[1:]:
+                ids.add(int(line.split()[1]))
+        found[kind] = ids
+    return found
+
+
+def ipc_count():
+    """How many System V IPC objects exist in this IPC namespace (three calls, no /proc read), or None."""
+    try:
+        libc = libc_functions()
+        import ctypes
+
+        buffer = ctypes.create_string_buffer(256)
+        counts = []
+        for function, command, index in ((libc.shmctl, 14, 0), (libc.semctl, 19, 7), (libc.msgctl, 12, 0)):
+            ctypes.memset(buffer, 0, 256)
+            # SHM_INFO: shm_info.used_ids; SEM_INFO: seminfo.semusz (sets); MSG_INFO: msginfo.msgpool (queues)
+            if function is libc.semctl:
+                done = function(0, 0, command, buffer)
+            else:
+                done = function(0, command, buffer)
+            if done < 0:
+                return None
+            counts.append(ctypes.c_int.from_buffer(buffer, 4 * index).value)
+        return sum(counts)
+    except (OSError, AttributeError, ImportError, ValueError):
+        return None
+
+
+def snapshot():
+    """The jail as a test must find it: every path under the roots with its fingerprint, and the IPC ids."""
+    files = {}
+    folders = roots()
+    for root in folders:
+        for path, info in walk(root):
+            files[(root, path)] = fingerprint(info)
+    return {"files": files, "ipc": ipc_ids(), "ipc_count": ipc_count(), "roots": folders}
+
+
+def restore(kept):
+    """Remove what the last test created under the roots and its IPC objects; a reason when it changed or
+    removed what was there before, or something could not be removed (the host then replaces the jail)."""
+    if kept is None:
+        return ""
+    problems = []
+    seen = set()
+    extra = []
+    for root in kept["roots"]:
+        for path, info in walk(root):
+            before = kept["files"].get((root, path))
+            seen.add((root, path))
+            if before is None:
+                extra.append((root, path, info))
+            elif before != fingerprint(info):
+                problems.append(f"changed {path}")
+    for key in kept["files"]:
+        if key not in seen:
+            problems.append(f"removed {key[1]}")
+    # Deepest first, so a folder is empty when its turn comes.
+    for root, path, info in sorted(extra, key=lambda item: item[1].count(os.sep), reverse=True):
+        full = os.path.join(root, path)
+        try:
+            if stat_is_dir(info.st_mode):
+                os.rmdir(full)
+            else:
+                os.unlink(full)
+        except OSError:
+            # A folder the test made unwritable: open it up once and try again.
+            try:
+                os.chmod(os.path.dirname(full) or root, 0o700)
+                if stat_is_dir(info.st_mode):
+                    os.chmod(full, 0o700)
+                    for name in os.listdir(full):
+                        os.unlink(os.path.join(full, name))
+                    os.rmdir(full)
+                else:
+                    os.unlink(full)
+            except OSError as exc:
+                problems.append(f"cannot remove {path}: {exc.strerror}")
+    count = ipc_count()
+    if count is None or count != kept["ipc_count"]:
+        problems += remove_ipc(kept["ipc"])
+    return "; ".join(problems)[:500]
+
+
+def remove_ipc(before):
+    """Remove the System V IPC objects made since `before`; problems as text."""
+    now = ipc_ids()
+    if all(now[kind] <= before.get(kind, set()) for kind in IPC_KINDS):
+        return []
+    try:
+        libc = libc_functions()
+    except (OSError, AttributeError, ImportError):
+        return ["cannot remove System V IPC objects"]
+    problems = []
+    for kind in IPC_KINDS:
+        for ident in sorted(now[kind] - before.get(kind, set())):
+            if kind == "shm":
+                done = libc.shmctl(ident, 0, None)
+            elif kind == "sem":
+                done = libc.semctl(ident, 0, 0)
+            else:
+                done = libc.msgctl(ident, 0, None)
+            if done != 0:
+                problems.append(f"cannot remove System V {kind} {ident}")
+    return problems
+
+
+def libc_functions():
+    """The C library (ctypes), loaded once: prctl and the System V IPC controls."""
+    if not _libc:
+        import ctypes
+
+        _libc.append(ctypes.CDLL(None, use_errno=True))
+    return _libc[0]
+
+
+_libc = []
+
+
+BATCH_OPS = ("run", "exec")
+
+
+def run_batch(state, request):
+    """Several tests in one request (`tests`: each a `run` or `exec` request of its own), run one after another
+    exactly as one request each would be, so the host pays one exchange for all of them. The first test that
+    does not end ok ends the batch under `stop_on_failure`; so does a server failure, and a filesystem (`full`,
+    the jail's /box) with no byte or inode left after a test (`full` in that test's reply; the host judges it)."""
+    results = []
+    for test in request.get("tests") or []:
+        if test.get("op") not in BATCH_OPS:
+            results.append(server_failure(state, f"a batch holds {test.get('op')!r} requests only as tests"))
+            break
+        try:
+            reply = run_test(state, {**test, "full": request.get("full")})
+        except Exception:
+            reply = server_failure(state, traceback.format_exc())
+        results.append(reply)
+        if reply.get("server_failed") or reply.get("full") or reply.get("tampered"):
+            break  # the host replaces the jail: the rest of the tests go to a fresh one
+        if request.get("stop_on_failure") and reply.get("verdict") != "ok":
+            break
+    return {"results": results}
+
+
+def filesystem_full(path):
+    """Why the filesystem at `path` is full ("" when it is not, or when no path is given)."""
+    if not path:
+        return ""
+    try:
+        stats = os.statvfs(path)
+    except OSError:
+        return ""
+    if stats.f_bavail == 0:
+        return "bytes"
+    if stats.f_favail == 0:
+        return "files"
+    return ""
 
 
 def server_failure(state, trace):
@@ -715,6 +1033,7 @@ def main():
     # A test runs as our uid: without this it could take our protocol fds (pidfd_getfd, /proc/1/fd) or
     # write our memory (/proc/1/mem) and forge or garble a reply, which the host would have to report as a
     # machinery failure. A child regains it (execve resets it; a forked test sets it back).
+    seal_fds()
     guarded = set_dumpable(False)
     # Keep the protocol on private fds; fd 0 reads nothing and fd 1 goes to stderr from here on.
     proto_in = os.dup(0)
@@ -727,6 +1046,8 @@ def main():
     # As pid 1 only signals with a handler reach the server: a test child must not be able to kill it
     # (which the host would have to report as a machinery failure, not as the program's fault).
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    # The soft RLIMIT_CPU is lowered around each spawn (spawn_program): the server's own CPU time may pass it.
+    signal.signal(signal.SIGXCPU, signal.SIG_IGN)
     started = time.monotonic()
     cpu_before = time.process_time()
     state, error = load(mode, path)
@@ -740,6 +1061,7 @@ def main():
             "pid": os.getpid(),
             "init": IS_INIT,
             "guarded": guarded,
+            "oom_adjust": OOM_ADJ["fd"] is not None,
             "load_s": round(time.monotonic() - started, 6),
             "load_cpu_s": round(time.process_time() - cpu_before, 6),
         },
@@ -750,10 +1072,13 @@ def main():
         request = read_frame(proto_in)
         if request is None or request.get("op") == "exit":
             return
-        try:
-            reply = run_test(state, request)
-        except Exception:
-            reply = server_failure(state, traceback.format_exc())
+        if request.get("op") == "batch":
+            reply = run_batch(state, request)
+        else:
+            try:
+                reply = run_test(state, request)
+            except Exception:
+                reply = server_failure(state, traceback.format_exc())
         reply["id"] = request.get("id")
         write_frame(proto_out, reply)
 

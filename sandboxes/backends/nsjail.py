@@ -226,7 +226,10 @@ class NsjailBackend:
 
     def close(self) -> None:
         """Discard the warm slots (their cgroups, directories and mounts) and the private /etc, as a service does
-        at shutdown; a later job makes them again."""
+        at shutdown; a later job makes them again. Its ready warm exec servers (warm.py) go first."""
+        from ..warm import close_ready_servers  # warm.py imports the backends: imported when closing
+
+        close_ready_servers(self)
         self.runner.slots.close()
         with self._etc_lock:
             self._cleanup()

@@ -705,13 +705,14 @@ class Judge:
                 if not outcome.ok:  # warm Python that failed while loading
                     run.load_failure, run.message = outcome.status, program_message(outcome.message)
                     return run
-                # Cold languages batch tests into one job, which stops at a failing test; the next batch
-                # starts after it (under fraction) so a run of failures never costs a whole batch at once.
+                # Tests go in batches: one job (cold), or one request to the warm jail's server, which runs
+                # them one process each and stops at a failing test; the next batch starts after it (under
+                # fraction) so a run of failures never costs a whole batch at once.
                 index = 0
                 while index < len(tests.cases):
                     if self._out_of_time(run):
                         return run
-                    batch = 1 if program.warm else self._batch_size(index)
+                    batch = self._batch_size(index)
                     cases = tests.cases[index : index + batch]
                     began = self.budget.begin()
                     outputs = self._run_batch(program, index, [c.stdin for c in cases])

@@ -1,0 +1,329 @@
+"""Compiled programs in a warm jail: compiled where they run, tests sent in batches, each test as fresh.
+
+A compiled submission takes a jail whose trusted server was started ahead of time (`ReadyServers`), compiles
+there (the host's own step) and keeps the binary where it was built; its tests go to the server in batches, each
+a process of its own (posix_spawn). What these tests hold the path to:
+
+- a batch gives each test the verdict a request of its own gives it (an OOM kill no reply can be matched to makes
+  the host ask again one test at a time);
+- what a test leaves behind (files, folders, a filled disk, System V shared memory, a daemon) is gone before the
+  next test in the same jail, so the next has the files, disk, inodes, memory and processes of a fresh jail, and
+  the limits still bite; a test that changes the jail's own files gets the next test a fresh jail with the
+  compiled program in it;
+- a spawned program starts as a forked one did: no inherited fd, no ignored or blocked signal, oom_score_adj
+  1000, its own session;
+- the warm jail runs any argv per test (the generic API a simulator can use).
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Iterator
+
+import pytest
+
+from proctor.contract import Status
+from proctor.sandboxes.backends.nsjail import NsjailBackend
+from proctor.sandboxes.job import Backend, Maxima, RunLimits, RunVerdict
+from proctor.sandboxes.languages import BASE_ENV
+from proctor.sandboxes.program import Submission
+from proctor.sandboxes.warm import BatchTest, WarmPython, ready_servers
+from proctor.verifiers.code import verifier
+
+LIMITS = RunLimits(cpu_s=1.0, memory_mb=256)
+PARENT = f"proctor-test-{uuid.uuid4().hex[:8]}"
+
+PROGRAM = r"""
+#define _GNU_SOURCE
+#include <dirent.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ipc.h>
+#include <sys/shm.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+static int count(const char *folder) {
+    DIR *d = opendir(folder);
+    int n = 0;
+    struct dirent *e;
+    if (!d) return -1;
+    while ((e = readdir(d))) if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) n++;
+    closedir(d);
+    return n;
+}
+
+static int others(void) {  /* processes besides this one and the jail's init */
+    DIR *d = opendir("/proc");
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        int pid = atoi(e->d_name);
+        if (pid > 1 && pid != getpid()) n++;
+    }
+    closedir(d);
+    return n;
+}
+
+static int segments(void) {
+    FILE *f = fopen("/proc/sysvipc/shm", "r");
+    char line[512];
+    int n = -1;
+    if (!f) return -2;
+    while (fgets(line, sizeof line, f)) n++;
+    fclose(f);
+    return n;
+}
+
+static int write_mb(const char *path, int mb) {
+    static char block[1 << 20];
+    memset(block, 7, sizeof block);
+    int fd = open(path, O_CREAT | O_WRONLY | O_TRUNC, 0644);
+    if (fd < 0) return 0;
+    for (int i = 0; i < mb; i++) if (write(fd, block, sizeof block) != sizeof block) { close(fd); return 0; }
+    close(fd);
+    return 1;
+}
+
+static char *touch(long mb) {
+    char *p = malloc(mb << 20);
+    if (!p) return 0;
+    memset(p, 1, mb << 20);
+    return p;
+}
+
+int main(void) {
+    char mode[32] = "";
+    long a = 0, b = 0;
+    if (scanf("%31s %ld %ld", mode, &a, &b) < 1) return 2;
+    if (!strcmp(mode, "add")) printf("%ld\n", a + b);
+    else if (!strcmp(mode, "state")) printf("%d %d %d %d\n", count("."), count("/tmp"), segments(), others());
+    else if (!strcmp(mode, "litter")) {
+        /* files and folders in both places, 6 MB of data, 64 MB of shared memory, a daemon */
+        int ok = write_mb("big", 3) && write_mb("/tmp/big", 3);
+        mkdir("dir", 0755);
+        for (int i = 0; i < 100; i++) {
+            char p[64];
+            sprintf(p, i % 2 ? "/tmp/f%d" : "dir/f%d", i);
+            close(open(p, O_CREAT | O_WRONLY, 0644));
+        }
+        chmod("dir", 0);
+        int id = shmget(IPC_PRIVATE, 64 << 20, IPC_CREAT | 0600);
+        char *s = id >= 0 ? shmat(id, 0, 0) : (char *)-1;
+        if (s != (char *)-1) { memset(s, 1, 64 << 20); shmdt(s); }
+        if (fork() == 0) { setsid(); if (fork() == 0) { sleep(60); _exit(0); } _exit(0); }
+        wait(0);
+        printf("%d %d\n", ok, id >= 0);
+    }
+    else if (!strcmp(mode, "disk")) printf("%d\n", write_mb("disk", (int)a));
+    else if (!strcmp(mode, "memory")) printf("%d\n", touch(a) != 0);
+    else if (!strcmp(mode, "childoom")) {  /* a child is killed for memory; the parent answers anyway */
+        if (fork() == 0) { touch(a); _exit(0); }
+        wait(0);
+        printf("%ld\n", b);
+    }
+    else if (!strcmp(mode, "tamper")) { FILE *f = fopen("main.c", "a"); fputs("/* x */\n", f); fclose(f); puts("1"); }
+    else if (!strcmp(mode, "crash")) abort();
+    else if (!strcmp(mode, "spin")) for (;;) {}
+    else if (!strcmp(mode, "fsize")) printf("%d\n", write_mb("huge", (int)a));
+    else if (!strcmp(mode, "fresh")) {  /* what a spawned program starts with */
+        char line[256], ign[64] = "", blk[64] = "";
+        FILE *f = fopen("/proc/self/status", "r");
+        while (fgets(line, sizeof line, f)) {
+            sscanf(line, "SigIgn: %63s", ign);
+            sscanf(line, "SigBlk: %63s", blk);
+        }
+        fclose(f);
+        int adj = 0;
+        f = fopen("/proc/self/oom_score_adj", "r");
+        fscanf(f, "%d", &adj);
+        fclose(f);
+        printf("fds=%d ign=%s blk=%s adj=%d leader=%d\n", count("/proc/self/fd"), ign, blk, adj, getsid(0) == getpid());
+    }
+    return 0;
+}
+"""
+
+
+@pytest.fixture(scope="module")
+def small() -> Iterator[NsjailBackend]:
+    """An nsjail backend with a small disk (8 MB, 400 files) and its own warm slots."""
+    backend = NsjailBackend(
+        cgroup_parent=PARENT, warm=1, maxima=Maxima(memory_mb=1024, cpu_s=5.0, files=400, disk_mb=8)
+    )
+    ok, why = backend.available()
+    if not ok:
+        pytest.skip(why)
+    if backend.storage is None or backend.runner.cgroups is None:
+        pytest.skip("needs bounded job files and cgroups")
+    yield backend
+    backend.close()
+
+
+def wait_ready(backend: Backend) -> None:
+    """Until a server started ahead of time is waiting (the pool starts its thread on first use)."""
+    pool = ready_servers(backend)
+    assert pool is not None
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        with pool.state.cond:
+            if pool.state.jails:
+                return
+        if pool.state.thread is None:
+            jail = pool.take()  # starts the refill thread
+            if jail is not None:
+                jail.close()
+        time.sleep(0.05)
+    raise AssertionError("no ready server within 30 s")
+
+
+def test_a_submission_takes_a_ready_server_compiles_in_it_and_batches_its_tests(small: NsjailBackend) -> None:
+    wait_ready(small)
+    pool = ready_servers(small)
+    assert pool is not None
+    with pool.state.cond:
+        waiting = pool.state.jails[0]
+    with Submission("c", PROGRAM, limits=LIMITS, backend=small) as program:
+        assert program.warm and program.compile().ok
+        server = program.runner.server  # type: ignore[attr-defined]
+        jail = server._jail
+        assert jail is waiting  # the ready one, not a jail started for it
+        box = jail.host_dir()
+        assert (
+            (box / "out" / "main").is_file()
+            and not (box / "out.tar").exists()
+            and not (box / ".tmp").exists()
+        )
+        stdins = [f"add {i} {i * i}" for i in range(60)]
+        results = program.run_many(stdins)
+        assert [r.stdout for r in results] == [f"{i + i * i}\n" for i in range(60)]
+        assert program.compile_runs == 1
+        assert jail.requests == 3  # 60 tests in batches of 25: three requests, not sixty
+        assert server._jail is jail
+
+
+def verdicts(results: list) -> list[tuple[RunVerdict, str]]:
+    return [(r.verdict, r.stdout) for r in results]
+
+
+def test_a_batch_gives_each_test_the_verdict_of_a_request_of_its_own(small: NsjailBackend) -> None:
+    stdins = ["add 1 2", "crash", "add 3 4", "spin", "memory 600", "childoom 600 7", "fsize 70", "add 5 6"]
+    with Submission("c", PROGRAM, limits=LIMITS, backend=small) as batched:
+        assert batched.compile().ok
+        together = batched.run_many(stdins)
+    with Submission("c", PROGRAM, limits=LIMITS, backend=small) as alone:
+        assert alone.compile().ok
+        one_by_one = [alone.run(stdin) for stdin in stdins]
+    assert verdicts(together) == verdicts(one_by_one), (together, one_by_one)
+    assert [r.verdict for r in together] == [
+        RunVerdict.ok,
+        RunVerdict.runtime_error,
+        RunVerdict.ok,
+        RunVerdict.time_limit,
+        RunVerdict.memory_limit,
+        RunVerdict.memory_limit,  # the child's OOM kill counts against the test, as in a job of its own
+        RunVerdict.output_limit,  # a file past RLIMIT_FSIZE (64 MB): SIGXFSZ, as a job's command
+        RunVerdict.ok,
+    ], [(r.verdict, r.detail) for r in together]
+
+
+def test_a_batch_stops_at_the_first_failure_when_asked(small: NsjailBackend) -> None:
+    with Submission("c", PROGRAM, limits=LIMITS, backend=small) as program:
+        assert program.compile().ok
+        results = program.run_many(["add 1 1", "crash", "add 2 2"], stop_on_failure=True)
+    assert [r.verdict for r in results] == [RunVerdict.ok, RunVerdict.runtime_error]
+
+
+@pytest.mark.parametrize("batched", [True, False], ids=["batch", "one-request-each"])
+def test_what_a_test_leaves_behind_is_gone_before_the_next(small: NsjailBackend, batched: bool) -> None:
+    """Files, a locked folder, 6 of 8 MB of disk, 100 inodes, 64 MB of System V shared memory and a daemon:
+    the next test in the same jail finds none of it, can use the whole disk and memory again, and the limits
+    still bite."""
+    stdins = [
+        "state",
+        "litter",
+        "state",
+        "disk 6",  # 6 MB of the 8 MB disk: fits only if the litter's 6 MB is gone
+        "memory 200",  # 200 of 256 MB: fits only if the 64 MB segment is gone
+        "disk 9",  # over the disk: still output_limit
+        "memory 400",  # over the memory limit: still memory_limit
+        "state",
+    ]
+    with Submission("c", PROGRAM, limits=LIMITS, backend=small) as program:
+        assert program.compile().ok
+        results = program.run_many(stdins) if batched else [program.run(stdin) for stdin in stdins]
+        jail = program.runner.server._jail  # type: ignore[attr-defined]
+    first = results[0].stdout
+    assert results[1].stdout == "1 1\n", results[1]
+    assert results[2].stdout == first and results[7].stdout == first, (first, results[2], results[7])
+    assert first.split()[2:] == ["0", "0"]  # no segment, no other process
+    assert [r.verdict for r in results[3:7]] == [
+        RunVerdict.ok,
+        RunVerdict.ok,
+        RunVerdict.output_limit,
+        RunVerdict.memory_limit,
+    ], [(r.verdict, r.detail) for r in results]
+    assert results[3].stdout == "1\n" and results[4].stdout == "1\n"
+    assert jail is not None  # nothing there made the host replace the jail (the disk filled only at "disk 9")
+
+
+def test_a_test_that_changes_the_jails_files_gets_the_next_a_fresh_jail(small: NsjailBackend) -> None:
+    with Submission("c", PROGRAM, limits=LIMITS, backend=small) as program:
+        assert program.compile().ok
+        server = program.runner.server  # type: ignore[attr-defined]
+        first = server._jail
+        results = program.run_many(["tamper", "add 2 3", "state"])
+        assert server._jail is not first  # replaced after the tamper
+        box = server._jail.host_dir()
+        assert not (box / "main.c").read_text().endswith("/* x */\n")
+    assert [r.verdict for r in results] == [RunVerdict.ok] * 3
+    assert results[1].stdout == "5\n"  # the compiled program was written into the new jail
+    assert program.compile_runs == 1
+
+
+def test_a_spawned_program_starts_like_a_fresh_process(small: NsjailBackend) -> None:
+    with Submission("c", PROGRAM, limits=LIMITS, backend=small) as program:
+        assert program.compile().ok
+        fresh = program.run("fresh").stdout.split()
+    # fds 0, 1, 2 and the one reading /proc/self/fd; no signal blocked, none of the standard ones ignored
+    # (posix_spawn leaves glibc's two internal ones, 32 and 33, ignored: glibc installs its own handlers for
+    # them before it uses them); its own session. oom_score_adj is the server's where the jail's /proc is
+    # read-only (nsjail's), as it was for a forked test.
+    assert fresh[0] == "fds=4" and fresh[2] == "blk=0000000000000000" and fresh[4] == "leader=1", fresh
+    assert int(fresh[1].split("=")[1], 16) & 0x7FFFFFFF == 0, fresh
+
+
+def test_a_compile_error_in_the_jail_is_a_compile_error(small: NsjailBackend) -> None:
+    with Submission(
+        "c", "int main(void) { return undefined_name; }", limits=LIMITS, backend=small
+    ) as program:
+        outcome = program.compile()
+    assert outcome.status == "compile_error" and "undefined_name" in outcome.message, outcome
+
+
+def test_a_warm_jail_runs_any_argv_per_test(small: NsjailBackend) -> None:
+    """The generic API (a simulator's, say): an exec server with files, then argv per test, alone or batched."""
+    with WarmPython("", limits=LIMITS, backend=small) as jail:
+        assert jail.start().ok
+        alone = jail.execute(["/usr/bin/wc", "-c"], BASE_ENV, "hello")
+        tests = [BatchTest(stdin=f"{'x' * i}", argv=("/usr/bin/wc", "-c"), env=BASE_ENV) for i in range(5)]
+        batch = jail.run_batch(tests)
+    assert alone.stdout.strip() == "5"
+    assert [r.stdout.strip() for r in batch] == ["0", "1", "2", "3", "4"]
+
+
+def test_the_code_verifier_scores_compiled_programs_through_the_warm_path() -> None:
+    cases = [{"stdin": f"add {i} 1", "stdout": f"{i + 1}\n"} for i in range(30)]
+    reference = verifier.SPEC.parse_reference(
+        {"language": "c", "tests": {"format": "stdio", "cases": cases}, "limits": {"memory_mb": 256}}
+    )
+    options = verifier.SPEC.parse_options({"reward": "fraction"})
+    right = verifier.SPEC.score(f"```c\n{PROGRAM}\n```", reference, options)
+    assert right.status is Status.ok and right.reward == 1.0, right.details
+    wrong = PROGRAM.replace('printf("%ld\\n", a + b)', 'printf("%ld\\n", a + b + (a == 7))')
+    partly = verifier.SPEC.score(f"```c\n{wrong}\n```", reference, options)
+    assert partly.status is Status.ok and partly.reward == pytest.approx(29 / 30), partly.details
