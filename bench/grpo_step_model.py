@@ -20,13 +20,16 @@ Judges measured (the same programs, the same tests, distinct submissions as in a
   - bare floor: VerilogEval's flow (bench/verilog.py's `verilogeval`: tb + reference + design compiled together
     by iverilog, vvp, the `Mismatches:` line decides), unsandboxed.
 
-How a cost is measured. Each measurement runs in a fresh Python process ("phase"), three phases per judge: A, one
-warm-up submission; B, the warm-up plus K submissions of T1 tests; C, the warm-up plus K submissions of T2 tests
-(for Verilog: Q problems of one design in B, of 1+k designs in C). CPU-seconds are the phase's whole process
-tree (this script is a child subreaper, so orphaned sandbox processes are reaped here and counted too) read from
-`getrusage(RUSAGE_CHILDREN)`; the three totals give the fixed cost (interpreter, imports, warm pools), the cost
-per submission (per problem) and per test (per design) exactly (`solve_costs`). Wall times are medians of the
-per-submission times inside B and C. Every verdict must be the right one, or the report says so.
+How a cost is measured. Each judge runs in a fresh Python process: one warm-up submission, then `--rounds`
+rounds (default 3) of two segments: K submissions of T1 tests and K of T2 tests (Verilog: the first designs of
+Q problems not seen before, then k more designs of each). A segment's CPU-seconds are those of the judge
+process's whole tree between two snapshots: the process's own and reaped children's times plus, for every
+descendant alive or zombie (warm jails, nsjail, compilers, simulators), its utime, stime, cutime and cstime from
+/proc, so work done in long-lived warm slots counts as it happens (`tree_cpu_s`). Each round's two segments fix
+the cost per submission (per problem) and per test (per design) (`fit_code`, `fit_verilog`); the model takes the
+median over rounds. Wall times are medians of the per-submission times. Every verdict must be the right one, or
+the report says so. This script is a child subreaper and idle while a judge runs, so a process orphaned out of
+the judge's tree (a daemonised helper) is adopted by it and still counted by the snapshots.
 
 Assumptions of the model (printed with the table):
 
@@ -47,12 +50,13 @@ their ratios, which hold on any host with similar cores. What it cannot: how the
 set-up, fork and mount locks, and memory bandwidth behave with 64 jails at once (the efficiency flag stands in),
 per-core speed of another machine, the service's HTTP and pool-worker hops (scored in-process here), and the
 noise of a shared machine: wall times wait for a CPU, and CPU-seconds themselves grow somewhat when other work
-shares the caches (read the load average in the report; `--repeat` takes medians over rounds).
+shares the caches, and a judge that polls spends more while it waits (read the load average in the report).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import ctypes
 import datetime as dt
 import importlib.util
@@ -126,34 +130,6 @@ class StepRow:
     vs_floor: float  # wall_s over the floor's wall_s (1.0 for the floor itself)
     right: bool
     note: str = ""
-
-
-def solve_costs(phases: list[tuple[float, float, float]]) -> tuple[float, float, float]:
-    """Exact fit of total = fixed + x * outer + y * inner to three phases (outer, inner, total): (fixed, x, y).
-
-    For code, outer counts submissions and inner tests; for Verilog, outer counts problems and inner designs.
-    """
-    if len(phases) != 3:
-        raise ValueError("three phases are needed for three unknowns")
-    (a1, b1, c1), (a2, b2, c2), (a3, b3, c3) = phases
-
-    def det(m: list[list[float]]) -> float:
-        return (
-            m[0][0] * (m[1][1] * m[2][2] - m[1][2] * m[2][1])
-            - m[0][1] * (m[1][0] * m[2][2] - m[1][2] * m[2][0])
-            + m[0][2] * (m[1][0] * m[2][1] - m[1][1] * m[2][0])
-        )
-
-    rows = [[1.0, a1, b1], [1.0, a2, b2], [1.0, a3, b3]]
-    totals = [c1, c2, c3]
-    base = det(rows)
-    if abs(base) < 1e-12:
-        raise ValueError("the phases do not separate the costs (singular system)")
-    out = []
-    for col in range(3):
-        swapped = [[totals[r] if c == col else rows[r][c] for c in range(3)] for r in range(3)]
-        out.append(det(swapped) / base)
-    return out[0], out[1], out[2]
 
 
 def nonneg(value: float) -> float:
@@ -335,21 +311,56 @@ def load_inputs(text: str) -> dict[str, Any]:
     return data
 
 
-# -- measuring: one phase per fresh process -----------------------------------------------------------------
+# -- fitting: pure ---------------------------------------------------------------------------------------
+
+
+def fit_code(cpu_t1: float, cpu_t2: float, k: int, t1: int, t2: int) -> tuple[float, float]:
+    """(per submission, per test) from the CPU of K submissions of T1 tests and of K submissions of T2 tests."""
+    if k < 1 or t2 <= t1:
+        raise ValueError("need K >= 1 and T2 > T1")
+    per_test = (cpu_t2 - cpu_t1) / (k * (t2 - t1))
+    return cpu_t1 / k - per_test * t1, per_test
+
+
+def fit_verilog(cpu_first: float, cpu_more: float, q: int, k: int) -> tuple[float, float]:
+    """(per problem, per design) from the CPU of Q problems' first designs and of k more designs for each."""
+    if q < 1 or k < 1:
+        raise ValueError("need Q >= 1 and k >= 1")
+    per_design = cpu_more / (q * k)
+    return cpu_first / q - per_design, per_design
+
+
+def medians(fits: list[tuple[float, float]]) -> tuple[float, float]:
+    """The median of each member over rounds."""
+    first, second = zip(*fits, strict=True)
+    return statistics.median(first), statistics.median(second)
+
+
+def stat_ticks(stat: str) -> int:
+    """utime + stime + cutime + cstime, in clock ticks, from a /proc/<pid>/stat line: the process's own CPU and
+    that of every descendant it has reaped (the command name may hold spaces and parentheses)."""
+    fields = stat.rpartition(")")[2].split()
+    # fields[0] is the state (field 3 of proc(5)); utime, stime, cutime, cstime are fields 14 to 17
+    return sum(int(value) for value in fields[11:15])
+
+
+# -- measuring: one process per judge, CPU of its whole process tree between snapshots ---------------------
 
 PR_SET_CHILD_SUBREAPER = 36
-PHASE_TIMEOUT_S = 600  # a hung judge stops the run instead of holding the shared machine
+JUDGE_TIMEOUT_S = 600  # a hung judge stops the run instead of holding the shared machine
+SETTLE_S = 0.3  # after a segment, let the work it set off in the background (refilling warm slots) land in it
 
-# name: (family, language, T1, T2, K) for code; (family, None, Q, k, 0) for Verilog.
+# code: K submissions of T1 tests, then of T2 tests, per round; Verilog: Q new problems' first designs, then k
+# more designs of each, per round.
 JUDGES: dict[str, dict[str, Any]] = {
-    "cpp:proctor": {"family": "code", "language": "cpp", "t1": 2, "t2": 50, "k": 4},
+    "cpp:proctor": {"family": "code", "language": "cpp", "t1": 2, "t2": 50, "k": 3},
     "cpp:sandboxfusion": {"family": "code", "language": "cpp", "t1": 1, "t2": 3, "k": 2},
-    "cpp:bare": {"family": "code", "language": "cpp", "t1": 2, "t2": 50, "k": 4},
-    "python:proctor": {"family": "code", "language": "python", "t1": 2, "t2": 50, "k": 6},
+    "cpp:bare": {"family": "code", "language": "cpp", "t1": 2, "t2": 50, "k": 3},
+    "python:proctor": {"family": "code", "language": "python", "t1": 2, "t2": 50, "k": 5},
     "python:sandboxfusion": {"family": "code", "language": "python", "t1": 2, "t2": 20, "k": 3},
-    "python:bare": {"family": "code", "language": "python", "t1": 2, "t2": 50, "k": 6},
-    "verilog:proctor": {"family": "verilog", "q": 6, "k": 5},
-    "verilog:bare": {"family": "verilog", "q": 6, "k": 5},
+    "python:bare": {"family": "code", "language": "python", "t1": 2, "t2": 50, "k": 5},
+    "verilog:proctor": {"family": "verilog", "q": 4, "k": 4},
+    "verilog:bare": {"family": "verilog", "q": 4, "k": 4},
 }
 LABELS = {
     "proctor": "Proctor (nsjail, warm)",
@@ -385,14 +396,74 @@ def distinct(source: str, language: str, tag: str) -> str:
     return f'{body}\nstatic const char SAMPLE_TAG[] = "{tag}";\n'
 
 
+def tree_cpu_s() -> float:
+    """CPU-seconds used so far by this process, every descendant, and every orphan the parent (this script's
+    measuring process, a child subreaper that waits on us alone) adopted: alive, zombie or reaped. A reaped
+    process is in its reaper's cutime/cstime, so summing the four times over the live tree counts each once."""
+    me = os.getpid()
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    kids = resource.getrusage(resource.RUSAGE_CHILDREN)
+    total = own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
+    ticks = 0
+    pending = descendants_of(me) + [pid for pid in descendants_of(os.getppid()) if pid != me]
+    seen: set[int] = set()
+    while pending:
+        pid = pending.pop()
+        if pid in seen:
+            continue
+        seen.add(pid)
+        try:
+            ticks += stat_ticks(Path(f"/proc/{pid}/stat").read_text())
+        except (OSError, ValueError):
+            continue  # it ended and was reaped between the listing and the read: its time is with its reaper
+        pending += descendants_of(pid)
+    return total + ticks / os.sysconf("SC_CLK_TCK")
+
+
+def descendants_of(pid: int) -> list[int]:
+    """The direct children of every thread of `pid` (empty when it is gone)."""
+    found: list[int] = []
+    try:
+        tasks = list(Path(f"/proc/{pid}/task").iterdir())
+    except OSError:
+        return found
+    for task in tasks:
+        try:
+            found += [int(p) for p in (task / "children").read_text().split()]
+        except OSError:
+            continue
+    return found
+
+
+class Segment:
+    """CPU of the whole process tree and wall time per item over one segment of work."""
+
+    def __init__(self) -> None:
+        """Take the first snapshot."""
+        self.times: list[float] = []
+        self.right = True
+        self.start_cpu = tree_cpu_s()
+
+    def item(self, run: Any, *args: Any, want: Any = True) -> None:
+        """Judge one item, timing it; a verdict other than `want` marks the segment wrong."""
+        started = time.perf_counter()
+        self.right &= run(*args) == want
+        self.times.append(time.perf_counter() - started)
+
+    def close(self) -> dict[str, Any]:
+        """Settle, take the last snapshot, and report."""
+        time.sleep(SETTLE_S)
+        return {"cpu_s": tree_cpu_s() - self.start_cpu, "times": self.times, "right": self.right}
+
+
 def code_judge(judge: str, language: str) -> Any:
     """A function (source, reference) -> whether the judge passed the program on every test."""
     code = bench_module("code")
     kind = judge.split(":")[1]
     if kind == "sandboxfusion":
-        return lambda source, reference: code.sandboxfusion_style_judge(language, source, reference)
+        return lambda source, reference: bool(code.sandboxfusion_style_judge(language, source, reference))
     if kind == "bare":
-        return lambda source, reference: code.bare_judge(language, source, reference)
+        return lambda source, reference: bool(code.bare_judge(language, source, reference))
     from proctor.engine import prepare
 
     importlib.import_module("proctor.verifiers.code")
@@ -407,8 +478,8 @@ def code_judge(judge: str, language: str) -> Any:
     return proctor
 
 
-def code_phase(judge: str, phase: str, nonce: str) -> dict[str, Any]:
-    """Run one phase of a code judge in this process: the warm-up, then (B, C) K submissions of T1 or T2 tests."""
+def code_rounds(judge: str, nonce: str, rounds: int) -> list[dict[str, Any]]:
+    """In this process: a warm-up submission, then per round K submissions of T1 tests and K of T2 tests."""
     conf = JUDGES[judge]
     code = bench_module("code")
     language = conf["language"]
@@ -416,35 +487,35 @@ def code_phase(judge: str, phase: str, nonce: str) -> dict[str, Any]:
     full = code.stdio_problem(language)
 
     def reference(tests: int) -> dict[str, Any]:
-        sliced = dict(full["tests"], cases=full["tests"]["cases"][:tests])
-        return dict(full, tests=sliced)
+        return dict(full, tests=dict(full["tests"], cases=full["tests"]["cases"][:tests]))
 
     run = code_judge(judge, language)
-    right = bool(run(distinct(program, language, f"{nonce}-warm"), reference(conf["t1"])))
-    tests = {"A": 0, "B": conf["t1"], "C": conf["t2"]}[phase]
-    times = []
-    for i in range(0 if phase == "A" else conf["k"]):
-        source = distinct(program, language, f"{nonce}-{phase}-{i}")
-        started = time.perf_counter()
-        right &= bool(run(source, reference(tests)))
-        times.append(time.perf_counter() - started)
-    return {"right": right, "times": times}
-
-
-def verilog_designs(row: dict[str, Any], count: int, tag: str) -> list[tuple[str, float]]:
-    """`count` distinct designs for a problem with the reward each must get: correct and wrong in turn."""
+    warm = Segment()
+    warm.item(run, distinct(program, language, f"{nonce}-warm"), reference(conf["t1"]))
     out = []
-    for i in range(count):
-        source, want = (row["correct"], 1.0) if i % 2 == 0 else (row["wrong"], 0.0)
-        out.append((distinct(source, "verilog", f"{tag}-{i}"), want))
+    for r in range(rounds):
+        found = {}
+        for name in ("t1", "t2"):
+            segment = Segment()
+            for i in range(conf["k"]):
+                segment.item(
+                    run, distinct(program, language, f"{nonce}-{r}-{name}-{i}"), reference(conf[name])
+                )
+            found[name] = segment.close()
+        found["t1"]["right"] &= warm.right
+        out.append(found)
     return out
 
 
-def verilog_phase(judge: str, phase: str, nonce: str) -> dict[str, Any]:
-    """One phase of a Verilog judge: a warm-up problem, then Q other problems of 1 (B) or 1+k (C) designs."""
+def verilog_rounds(judge: str, nonce: str, rounds: int) -> list[dict[str, Any]]:
+    """In this process: a warm-up problem, then per round Q new problems' first (correct) designs, then k more
+    designs of each, wrong and correct in turn."""
     conf = JUDGES[judge]
     verilog = bench_module("verilog")
     rows = verilog.load_rows()
+    q, k = conf["q"], conf["k"]
+    if 1 + rounds * q > len(rows):
+        raise SystemExit(f"{rounds} rounds of {q} problems need more than the {len(rows)} problems there are")
     if judge.endswith(":bare"):
 
         def run(source: str, reference: dict[str, Any]) -> float | None:
@@ -455,131 +526,107 @@ def verilog_phase(judge: str, phase: str, nonce: str) -> dict[str, Any]:
         def run(source: str, reference: dict[str, Any]) -> float | None:
             return verilog.proctor(source, reference, ["testbench"])[0]
 
-    warm = rows[0]
-    right = all(run(s, warm["reference"]) == want for s, want in verilog_designs(warm, 1, f"{nonce}-warm"))
-    designs = {"A": 0, "B": 1, "C": 1 + conf["k"]}[phase]
-    first, later = [], []
-    for row in rows[1 : 1 + conf["q"]] if designs else []:
-        for i, (source, want) in enumerate(verilog_designs(row, designs, f"{nonce}-{phase}-{row['id']}")):
-            started = time.perf_counter()
-            right &= run(source, row["reference"]) == want
-            (first if i == 0 else later).append(time.perf_counter() - started)
-    return {"right": right, "first": first, "later": later}
+    def design(row: dict[str, Any], i: int) -> tuple[str, float]:
+        source, want = (row["correct"], 1.0) if i % 2 == 0 else (row["wrong"], 0.0)
+        return distinct(source, "verilog", f"{nonce}-{row['id']}-{i}"), want
+
+    warm = Segment()
+    source, want = design(rows[0], 0)
+    warm.item(run, source, rows[0]["reference"], want=want)
+    out = []
+    for r in range(rounds):
+        problems = rows[1 + r * q : 1 + (r + 1) * q]
+        first = Segment()
+        for row in problems:
+            source, want = design(row, 0)
+            first.item(run, source, row["reference"], want=want)
+        more = Segment()
+        for row in problems:
+            for i in range(1, 1 + k):
+                source, want = design(row, i)
+                more.item(run, source, row["reference"], want=want)
+        out.append({"first": first.close(), "more": more.close()})
+        out[-1]["first"]["right"] &= warm.right
+    return out
 
 
-def phase_main(judge: str, phase: str, nonce: str) -> None:
-    """The child process: one phase, then close the sandbox backend, then one JSON line on stdout."""
+def judge_main(judge: str, nonce: str, rounds: str) -> None:
+    """The child process: every round of one judge, then close the sandbox backend; one JSON line on stdout."""
     family = JUDGES[judge]["family"]
-    out = (code_phase if family == "code" else verilog_phase)(judge, phase, nonce)
+    found = (code_rounds if family == "code" else verilog_rounds)(judge, nonce, int(rounds))
+    out: dict[str, Any] = {"rounds": found}
     backends = sys.modules.get("proctor.sandboxes.backends")  # only a judge that used a sandbox loaded it
     if backends is not None:
         try:
             close = getattr(backends.get_backend(None), "close", None)
             if close is not None:
-                close()  # the warm jails end now, so their CPU is reaped and counted
-        except Exception as error:  # noqa: BLE001 - one that cannot close leaves its orphans to the parent
+                close()  # the warm jails end now, so the peak below includes them
+        except Exception as error:  # noqa: BLE001 - reported; the figures above are already taken
             out["close_error"] = repr(error)
     out["children_peak_mb"] = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
     print(json.dumps(out), flush=True)
 
 
 def become_subreaper() -> None:
-    """Orphans of the phase processes (a jail's daemons) become our children, so their CPU is reaped and counted."""
+    """Orphans of the judge processes become our children: the judge's snapshots still see them, we reap them."""
     libc = ctypes.CDLL(None, use_errno=True)
     if libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
         raise OSError(ctypes.get_errno(), "prctl(PR_SET_CHILD_SUBREAPER)")
 
 
-def my_children() -> list[int]:
-    """Pids whose parent is this process (orphans adopted as subreaper included)."""
-    found: list[int] = []
-    for task in Path(f"/proc/{os.getpid()}/task").iterdir():
-        try:
-            found += [int(p) for p in (task / "children").read_text().split()]
-        except OSError:
-            continue
-    return found
-
-
 def reap_orphans(grace_s: float = 10.0) -> int:
-    """Wait for adopted orphans to end (killing by pid any still running after `grace_s`); how many were killed."""
+    """Reap adopted orphans, killing by pid any still running after `grace_s`; how many there were."""
     deadline = time.monotonic() + grace_s
-    killed = 0
+    adopted = 0
     while True:
         try:
             pid, _ = os.waitpid(-1, os.WNOHANG)
         except ChildProcessError:
-            return killed
+            return adopted
         if pid:
+            adopted += 1
             continue
         if time.monotonic() > deadline:
-            for child in my_children():
-                try:
+            for child in descendants_of(os.getpid()):
+                with contextlib.suppress(ProcessLookupError):  # it may end between the listing and the signal
                     os.kill(child, signal.SIGKILL)
-                    killed += 1
-                except ProcessLookupError:
-                    pass  # it ended between the listing and the signal
             deadline = math.inf
         time.sleep(0.05)
 
 
-def run_phase(judge: str, phase: str, nonce: str) -> dict[str, Any]:
-    """One phase in a fresh process: its JSON, plus the CPU-seconds of its whole process tree."""
+def run_judge(judge: str, nonce: str, rounds: int) -> dict[str, Any]:
+    """One judge's rounds in a fresh process; its JSON, plus the whole process's CPU and any adopted orphans."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    started = time.perf_counter()
     try:
         done = subprocess.run(
-            [sys.executable, __file__, "--phase", judge, phase, nonce],
+            [sys.executable, __file__, "--judge", judge, nonce, str(rounds)],
             cwd=ROOT,
             capture_output=True,
             text=True,
-            timeout=PHASE_TIMEOUT_S,
+            timeout=JUDGE_TIMEOUT_S,
         )
     except subprocess.TimeoutExpired as error:
         reap_orphans(0.0)
-        raise SystemExit(f"phase {judge} {phase} ran past {PHASE_TIMEOUT_S} s") from error
-    killed = reap_orphans()
+        raise SystemExit(f"judge {judge} ran past {JUDGE_TIMEOUT_S} s") from error
+    orphans = reap_orphans()
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if done.returncode != 0:
-        raise SystemExit(f"phase {judge} {phase} failed:\n{done.stderr[-4000:]}")
+        raise SystemExit(f"judge {judge} failed:\n{done.stderr[-4000:]}")
     out = json.loads(done.stdout.strip().splitlines()[-1])
-    out["cpu_s"] = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-    out["elapsed_s"] = time.perf_counter() - started
-    out["killed_orphans"] = killed
+    out["process_cpu_s"] = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    out["orphans"] = orphans  # adopted while the judge ran (its snapshots counted them), reaped here
     return out
 
 
-def code_phase_counts(t1: int, t2: int, k: int) -> list[tuple[int, int]]:
-    """(submissions, tests) judged in code phases A, B, C; the warm-up (one submission of T1 tests) is in each."""
-    return [(1, t1), (1 + k, t1 * (1 + k)), (1 + k, t1 + k * t2)]
-
-
-def verilog_phase_counts(q: int, k: int) -> list[tuple[int, int]]:
-    """(problems, designs) judged in Verilog phases A, B, C; the warm-up problem (one design) is in each."""
-    return [(1, 1), (1 + q, 1 + q), (1 + q, 1 + q * (1 + k))]
-
-
-def fit_repeats(counts: list[tuple[int, int]], cpu: list[list[float]]) -> tuple[float, float, float]:
-    """Median over repeats of the exact fit (fixed, per outer, per inner); `cpu[r]` holds repeat r's A, B, C."""
-    fits = [solve_costs([(o, i, c) for (o, i), c in zip(counts, run, strict=True)]) for run in cpu]
-    fixed, outer, inner = zip(*fits, strict=True)
-    return statistics.median(fixed), statistics.median(outer), statistics.median(inner)
-
-
-def run_phases(judge: str, nonce: str, repeat: int) -> list[dict[str, dict[str, Any]]]:
-    """`repeat` rounds of phases A, B, C of one judge, each phase in a fresh process."""
-    return [{p: run_phase(judge, p, f"{nonce}r{r}") for p in "ABC"} for r in range(repeat)]
-
-
-def measure_code(judge: str, nonce: str, repeat: int) -> tuple[Costs, dict[str, Any]]:
-    """Costs of one code judge: CPU fitted from phases A, B, C, wall from the per-submission medians."""
+def measure_code(judge: str, nonce: str, rounds: int) -> tuple[Costs, dict[str, Any]]:
+    """Costs of one code judge: CPU fitted per round and its median, wall from the per-submission medians."""
     conf = JUDGES[judge]
     t1, t2, k = conf["t1"], conf["t2"], conf["k"]
-    rounds = run_phases(judge, nonce, repeat)
-    cpu = [[r[p]["cpu_s"] for p in "ABC"] for r in rounds]
-    fixed, per_sub, per_test = fit_repeats(code_phase_counts(t1, t2, k), cpu)
-    m1 = statistics.median(t for r in rounds for t in r["B"]["times"])
-    m2 = statistics.median(t for r in rounds for t in r["C"]["times"])
+    raw = run_judge(judge, nonce, rounds)
+    found = raw["rounds"]
+    per_sub, per_test = medians([fit_code(r["t1"]["cpu_s"], r["t2"]["cpu_s"], k, t1, t2) for r in found])
+    m1 = statistics.median(t for r in found for t in r["t1"]["times"])
+    m2 = statistics.median(t for r in found for t in r["t2"]["times"])
     wall_test = (m2 - m1) / (t2 - t1)
     kind = judge.split(":")[1]
     costs = Costs(
@@ -590,23 +637,25 @@ def measure_code(judge: str, nonce: str, repeat: int) -> tuple[Costs, dict[str, 
         wall_per_problem=0.0,
         wall_per_submission=m1 - wall_test * t1,
         wall_per_test=wall_test,
-        peak_mb=max(p["children_peak_mb"] for r in rounds for p in r.values()),
+        peak_mb=raw["children_peak_mb"],
         tests_in_parallel=kind == "sandboxfusion",
-        right=all(p["right"] for r in rounds for p in r.values()),
-        note=f"{repeat}x K={k} submissions of {t1} and {t2} tests",
+        right=all(seg["right"] for r in found for seg in r.values()),
+        note=f"{rounds} rounds of K={k} submissions of {t1} and {t2} tests",
     )
-    return costs, {"fixed_cpu_s": fixed, "rounds": rounds}
+    return costs, raw
 
 
-def measure_verilog(judge: str, nonce: str, repeat: int) -> tuple[Costs, dict[str, Any]]:
-    """Costs of one Verilog judge: CPU fitted from phases A, B, C, wall from first and later verdict medians."""
+def measure_verilog(judge: str, nonce: str, rounds: int) -> tuple[Costs, dict[str, Any]]:
+    """Costs of one Verilog judge: CPU fitted per round and its median, wall from first and later verdicts."""
     conf = JUDGES[judge]
     q, k = conf["q"], conf["k"]
-    rounds = run_phases(judge, nonce, repeat)
-    cpu = [[r[p]["cpu_s"] for p in "ABC"] for r in rounds]
-    fixed, per_problem, per_design = fit_repeats(verilog_phase_counts(q, k), cpu)
-    first = statistics.median(t for r in rounds for p in "BC" for t in r[p]["first"])
-    later = statistics.median(t for r in rounds for t in r["C"]["later"])
+    raw = run_judge(judge, nonce, rounds)
+    found = raw["rounds"]
+    per_problem, per_design = medians(
+        [fit_verilog(r["first"]["cpu_s"], r["more"]["cpu_s"], q, k) for r in found]
+    )
+    first = statistics.median(t for r in found for t in r["first"]["times"])
+    later = statistics.median(t for r in found for t in r["more"]["times"])
     costs = Costs(
         judge=LABELS[judge],
         cpu_per_problem=per_problem,
@@ -615,14 +664,14 @@ def measure_verilog(judge: str, nonce: str, repeat: int) -> tuple[Costs, dict[st
         wall_per_problem=first - later,
         wall_per_submission=later,
         wall_per_test=0.0,
-        peak_mb=max(p["children_peak_mb"] for r in rounds for p in r.values()),
-        right=all(p["right"] for r in rounds for p in r.values()),
-        note=f"{repeat}x Q={q} problems of 1 and {1 + k} designs",
+        peak_mb=raw["children_peak_mb"],
+        right=all(seg["right"] for r in found for seg in r.values()),
+        note=f"{rounds} rounds of Q={q} problems, 1 + {k} designs each",
     )
-    return costs, {"fixed_cpu_s": fixed, "rounds": rounds}
+    return costs, raw
 
 
-def measure(only: set[str] | None = None, repeat: int = 1) -> dict[str, Any]:
+def measure(only: set[str] | None = None, rounds: int = 3) -> dict[str, Any]:
     """Every judge's costs on this machine, with the machine's description and load."""
     become_subreaper()
     nonce = uuid.uuid4().hex[:12]  # no cache of an earlier run can answer for these programs
@@ -634,7 +683,7 @@ def measure(only: set[str] | None = None, repeat: int = 1) -> dict[str, Any]:
             continue
         print(f"measuring {judge} ...", file=sys.stderr, flush=True)
         family = JUDGES[judge]["family"]
-        costs, raw = (measure_code if family == "code" else measure_verilog)(judge, nonce, repeat)
+        costs, raw = (measure_code if family == "code" else measure_verilog)(judge, nonce, rounds)
         key = "verilog" if family == "verilog" else f"code_{JUDGES[judge]['language']}"
         out[key].append(costs)
         out["raw"][judge] = raw
@@ -657,7 +706,7 @@ def measure(only: set[str] | None = None, repeat: int = 1) -> dict[str, Any]:
             if line[3:].startswith(("sandboxes/", "verifiers/code/", "verifiers/verilog/"))
         ),
         "backend": os.environ.get("PROCTOR_SANDBOX_BACKEND", "nsjail (default)"),
-        "repeat": repeat,
+        "rounds": rounds,
     }
     return out
 
@@ -685,13 +734,14 @@ def report(measured: dict[str, Any], scale: Scale, verilog_scale: Scale, target_
         f"Measured on {m['cores']} cores ({m['cpu']}), Python {m['python']}, sandbox backend {m['backend']}; "
         f"1/5/15-min load average {'/'.join(f'{x:.1f}' for x in m['load_before'])} before and "
         f"{'/'.join(f'{x:.1f}' for x in m['load_after'])} after ({m['measured_s']:.0f} s of measuring, "
-        f"{m.get('repeat', 1)} round(s) of phases per judge). "
+        f"{m.get('rounds', 1)} rounds per judge, medians). "
         + (
             f"Uncommitted judge code measured: {', '.join(m['dirty_judge_files'])}. "
             if m.get("dirty_judge_files")
             else ""
         )
-        + "CPU-seconds: the fitted cost of each phase's whole process tree; wall: medians per submission on this "
+        + "CPU-seconds: the judge process's whole tree between snapshots, fitted per round; wall: medians per "
+        "submission on this "
         "shared machine. Reproduce: `.venv/bin/python bench/grpo_step_model.py --save m.json`, then "
         "`--inputs m.json` with other `--prompts/--samples/--tests/--cores/--efficiency`.",
         "",
@@ -761,9 +811,9 @@ def report(measured: dict[str, Any], scale: Scale, verilog_scale: Scale, target_
 
 
 def main() -> None:
-    """Measure (or load) the costs, print the model; `--phase` is the internal child-process entry."""
-    if len(sys.argv) == 5 and sys.argv[1] == "--phase":
-        phase_main(*sys.argv[2:5])
+    """Measure (or load) the costs, print the model; `--judge` is the internal child-process entry."""
+    if len(sys.argv) == 5 and sys.argv[1] == "--judge":
+        judge_main(*sys.argv[2:5])
         return
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
@@ -771,7 +821,7 @@ def main() -> None:
     )
     parser.add_argument("--save", type=Path, help="write the measurements to this JSON file")
     parser.add_argument(
-        "--repeat", type=int, default=1, help="rounds of phases per judge; fitted costs are their medians"
+        "--rounds", type=int, default=3, help="rounds of segments per judge; fitted costs are their medians"
     )
     parser.add_argument("--only", nargs="*", choices=list(JUDGES), help="measure only these judges")
     parser.add_argument("--prompts", type=int, default=512, help="prompts per code step")
@@ -792,10 +842,12 @@ def main() -> None:
     verilog_scale = Scale(
         args.verilog_prompts, args.verilog_samples, 0, args.cores, args.efficiency, args.memory_per_slot_mb
     )
+    if args.rounds < 1:
+        parser.error("--rounds must be at least 1")
     if args.inputs is not None:
         measured = load_inputs(args.inputs.read_text())
     else:
-        measured = measure(set(args.only) if args.only else None, args.repeat)
+        measured = measure(set(args.only) if args.only else None, args.rounds)
         if args.save is not None:
             args.save.write_text(dump_inputs(measured) + "\n")
     print(report(measured, scale, verilog_scale, args.target_s))

@@ -46,40 +46,37 @@ def costs(name: str = "judge", **values: float | bool) -> Any:
     return M.Costs(judge=name, **base)
 
 
-def test_solve_costs_recovers_the_costs_that_made_the_totals() -> None:
-    fixed, per_sub, per_test = 1.25, 0.3, 0.002
-    counts = M.code_phase_counts(2, 50, 4)
-    phases = [(o, i, fixed + per_sub * o + per_test * i) for o, i in counts]
-    got = M.solve_costs(phases)
-    assert got == pytest.approx((fixed, per_sub, per_test))
+def test_fit_code_recovers_the_costs_that_made_the_segments() -> None:
+    per_sub, per_test, k, t1, t2 = 0.3, 0.002, 3, 2, 50
+    cpu_t1 = k * (per_sub + t1 * per_test)
+    cpu_t2 = k * (per_sub + t2 * per_test)
+    assert M.fit_code(cpu_t1, cpu_t2, k, t1, t2) == pytest.approx((per_sub, per_test))
 
 
-def test_solve_costs_separates_verilog_problems_from_designs() -> None:
-    counts = M.verilog_phase_counts(6, 5)
-    assert counts == [(1, 1), (7, 7), (7, 37)]
-    phases = [(o, i, 0.9 + 0.094 * o + 0.073 * i) for o, i in counts]
-    assert M.solve_costs(phases) == pytest.approx((0.9, 0.094, 0.073))
+def test_fit_verilog_separates_problems_from_designs() -> None:
+    per_problem, per_design, q, k = 0.16, 0.028, 4, 4
+    first = q * (per_problem + per_design)  # each new problem's first design measures its reference too
+    more = q * k * per_design
+    assert M.fit_verilog(first, more, q, k) == pytest.approx((per_problem, per_design))
 
 
-def test_code_phase_counts_include_the_warm_up_in_every_phase() -> None:
-    assert M.code_phase_counts(2, 50, 4) == [(1, 2), (5, 10), (5, 202)]
+def test_fits_refuse_segments_that_cannot_separate_the_costs() -> None:
+    with pytest.raises(ValueError):
+        M.fit_code(1.0, 2.0, 3, 5, 5)  # T2 must exceed T1
+    with pytest.raises(ValueError):
+        M.fit_code(1.0, 2.0, 0, 1, 5)
+    with pytest.raises(ValueError):
+        M.fit_verilog(1.0, 2.0, 4, 0)
 
 
-def test_solve_costs_refuses_what_cannot_be_separated() -> None:
-    with pytest.raises(ValueError, match="singular"):
-        M.solve_costs([(1, 2, 1.0), (2, 4, 2.0), (3, 6, 3.0)])  # tests always twice the submissions
-    with pytest.raises(ValueError, match="three phases"):
-        M.solve_costs([(1, 2, 1.0), (2, 4, 2.0)])
+def test_medians_take_each_fitted_cost_over_rounds() -> None:
+    assert M.medians([(0.3, 0.002), (0.9, 0.001), (0.4, 0.5)]) == (0.4, 0.002)
 
 
-def test_fit_repeats_takes_the_median_of_each_fitted_cost() -> None:
-    counts = M.code_phase_counts(1, 3, 2)  # (1, 1), (3, 3), (3, 7)
-
-    def totals(fixed: float, sub: float, test: float) -> list[float]:
-        return [fixed + sub * o + test * i for o, i in counts]
-
-    runs = [totals(1.0, 0.1, 0.01), totals(2.0, 0.3, 0.03), totals(1.5, 0.2, 0.5)]
-    assert M.fit_repeats(counts, runs) == pytest.approx((1.5, 0.2, 0.03))
+def test_stat_ticks_sums_own_and_reaped_children_times() -> None:
+    # pid (comm) state ppid pgrp session tty tpgid flags minflt cminflt majflt cmajflt utime stime cutime cstime
+    line = "4242 (a (weird) name) S 1 4242 4242 0 -1 4194560 10 20 0 0 7 3 100 50 20 0 1 0 99 0 0"
+    assert M.stat_ticks(line) == 7 + 3 + 100 + 50
 
 
 def test_step_cpu_counts_problems_submissions_and_tests() -> None:
@@ -180,7 +177,7 @@ def measured() -> dict[str, object]:
             "measured_s": 60.0,
             "date": "2026-01-01 00:00 UTC",
             "commit": "abc1234",
-            "repeat": 1,
+            "rounds": 3,
         },
     }
 
