@@ -33,6 +33,10 @@ from proctor.verifiers.text.normalize import normalize
 
 DEFAULT_LABELS = string.ascii_uppercase
 MAX_OPTIONS = 100
+MAX_OPTION_CHARS = 2_000
+"""An option's text longer than this is a 422 naming it: every answer phrase, box and line is read up to
+FRAGMENT_CHARS beyond the longest option, so one 50,000-character option made a response of 64 anchors cost
+about 64 x 50,000 characters of reading on the event loop."""
 FRAGMENT_CHARS = 300
 """How much text after an anchor (or of a line, a box) is read, beyond the longest option's text."""
 MAX_LINES = 1000
@@ -113,11 +117,12 @@ class ChoiceReference(AnswerReference):
     }
 
     # Field order matters: `answer` is resolved against `options` and `labels`, validated before it.
-    options: list[Annotated[str, Field(min_length=1)]] | None = Field(
+    options: list[Annotated[str, Field(min_length=1, max_length=MAX_OPTION_CHARS)]] | None = Field(
         default=None,
         min_length=1,
         max_length=MAX_OPTIONS,
-        description="The options' texts, in label order; a response may then answer with the text itself.",
+        description="The options' texts, in label order, each at most 2,000 characters; a response may then "
+        "answer with the text itself.",
     )
     labels: Annotated[list[str] | None, WithJsonSchema(_LABELS_SCHEMA)] = Field(
         default=None, validate_default=True

@@ -5,7 +5,10 @@ regular expressions are compiled and run with RE2 (google-re2), which has no bac
 such as `(a+)+$` runs in time linear in the text and no pattern can hang the service; extraction and
 normalisation are linear scans without recursion. RE2's cost also grows with the pattern (a DFA-hostile
 pattern such as `(a|b)*a(a|b){200}` falls back to simulating every state), so an answer longer than
-MAX_REGEX_CHARS is not matched against a regex: it scores 0 with reason `answer_too_long`.
+MAX_REGEX_CHARS is not matched against a regex: it scores 0 with reason `answer_too_long`. Inline means on the
+service's event loop, so the reference is bounded too: each gold (or pattern) at most MAX_GOLD_CHARS, all of them
+MAX_GOLDS_TOTAL_CHARS (a 422 naming `answer` beyond), and a regex declares its RE2 program's cost
+(`MatchReference.inline_cost`), so a short DFA-hostile pattern against a long response is scored in the pool.
 
 For op=regex the answer is normalised (wrappers, whitespace, punctuation as the options say) but the
 pattern is used as written; `case_sensitive` maps to RE2's case option.
@@ -22,26 +25,38 @@ from __future__ import annotations
 
 from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import Field, ValidationInfo, WithJsonSchema, field_validator
+import re2
+from pydantic import Field, PrivateAttr, ValidationInfo, WithJsonSchema, field_validator, model_validator
 
 from proctor.contract import Verdict
 from proctor.registry import BaseOptions, Example, VerifierSpec, register_verifier
 from proctor.verifiers.answers import AnswerReference, graded, unanswered
-from proctor.verifiers.patterns import MAX_REGEX_CHARS, pattern_error, regex_matches
+from proctor.verifiers.patterns import MAX_PATTERN_CHARS, MAX_REGEX_CHARS, pattern_error, regex_matches
 from proctor.verifiers.reading import ExtractMethod, clip, extract_answer
 from proctor.verifiers.text.normalize import normalize
 
 Op = Literal["eq", "ne", "contains", "regex"]
 
 MAX_GOLDS = 256
+MAX_GOLD_CHARS = MAX_PATTERN_CHARS
+"""A gold (or an RE2 pattern) longer than this is a 422 naming it: every gold is normalised and compared on each
+score, and no short answer needs more (a whole document belongs to a similarity or judge verifier)."""
+MAX_GOLDS_TOTAL_CHARS = 100_000
+"""All golds together longer than this are a 422 naming `answer`: a reference is validated and hashed (the cache
+key) by code that holds the GIL, so even off the event loop 2.5 MB of golds stalled it for about 40 ms."""
+REGEX_STEPS_PER_CHAR = 10
+"""RE2 steps (answer characters times program instructions) that cost about what one character of input does:
+RE2 runs a DFA-hostile pattern such as `(a|b)*a(a|b){1000}` (18 characters, 3,008 instructions) in time
+proportional to the answer times the program, so its cost is counted by `MatchReference.inline_cost`."""
 
+_GOLD = {"type": "string", "minLength": 1, "maxLength": MAX_GOLD_CHARS}
 _GOLD_SCHEMA = {
     "anyOf": [
-        {"type": "string", "minLength": 1},
-        {"type": "array", "items": {"type": "string", "minLength": 1}, "minItems": 1, "maxItems": MAX_GOLDS},
+        _GOLD,
+        {"type": "array", "items": _GOLD, "minItems": 1, "maxItems": MAX_GOLDS},
     ],
-    "description": "The gold answer, or several golds (any may match; for op=ne, none may). "
-    "For op=regex: RE2 patterns.",
+    "description": "The gold answer, or several golds (any may match; for op=ne, none may), each at most "
+    f"{MAX_GOLD_CHARS:,} characters and {MAX_GOLDS_TOTAL_CHARS:,} together. For op=regex: RE2 patterns.",
 }
 
 
@@ -65,6 +80,8 @@ class MatchReference(AnswerReference):
         Field(min_length=1, max_length=MAX_GOLDS),
         WithJsonSchema(_GOLD_SCHEMA),
     ]
+    _program_size: int = PrivateAttr(default=0)
+    """op=regex: the RE2 instructions of every pattern together (what a match costs per answer character)."""
 
     @field_validator("answer", mode="before")
     @classmethod
@@ -74,6 +91,15 @@ class MatchReference(AnswerReference):
     @field_validator("answer")
     @classmethod
     def _patterns_compile(cls, value: list[str], info: ValidationInfo) -> list[str]:
+        # Lengths first: a pattern is compiled only once it is known to be of a reasonable size.
+        for index, gold in enumerate(value):
+            if len(gold) > MAX_GOLD_CHARS:
+                raise ValueError(f"gold {index} is {len(gold):,} characters; at most {MAX_GOLD_CHARS:,}")
+        total = sum(map(len, value))
+        if total > MAX_GOLDS_TOTAL_CHARS:
+            raise ValueError(
+                f"the golds are {total:,} characters together; at most {MAX_GOLDS_TOTAL_CHARS:,}"
+            )
         # Checked here so a bad pattern is a 422 at request time, never a failure at scoring time.
         if info.data.get("op") == "regex":
             for index, pattern in enumerate(value):
@@ -81,6 +107,24 @@ class MatchReference(AnswerReference):
                 if problem is not None:
                     raise ValueError(f"pattern {index} is not a valid RE2 pattern: {problem}")
         return value
+
+    @model_validator(mode="after")
+    def _measure_patterns(self) -> MatchReference:
+        if self.op == "regex":
+            # Case-insensitive programs are the larger ones (each letter becomes a class); the patterns compiled
+            # in the validator above, so these compiles succeed.
+            options = re2.Options()
+            options.log_errors = False
+            options.case_sensitive = False
+            self._program_size = sum(re2.compile(pattern, options).programsize for pattern in self.answer)
+        return self
+
+    def inline_cost(self, response_chars: int) -> int:
+        """Characters' worth of work beyond this reference's size that scoring a response of `response_chars`
+        takes (`Engine.runs_inline` adds it to the item's size): for op=regex, RE2's answer-times-program steps."""
+        if self.op != "regex":
+            return 0
+        return min(response_chars, MAX_REGEX_CHARS) * self._program_size // REGEX_STEPS_PER_CHAR
 
 
 class MatchOptions(BaseOptions):
