@@ -442,18 +442,24 @@ class Segment:
         """Take the first snapshot."""
         self.times: list[float] = []
         self.right = True
+        self.errors: list[str] = []
         self.start_cpu = tree_cpu_s()
 
     def item(self, run: Any, *args: Any, want: Any = True) -> None:
         """Judge one item, timing it; a verdict other than `want` marks the segment wrong."""
         started = time.perf_counter()
-        self.right &= run(*args) == want
+        try:
+            self.right &= run(*args) == want
+        except Exception as error:  # noqa: BLE001 - e.g. the bare judge's own wall timeout on a loaded machine
+            self.right = False
+            self.errors.append(repr(error)[:300])
         self.times.append(time.perf_counter() - started)
 
     def close(self) -> dict[str, Any]:
         """Settle, take the last snapshot, and report."""
         time.sleep(SETTLE_S)
-        return {"cpu_s": tree_cpu_s() - self.start_cpu, "times": self.times, "right": self.right}
+        cpu = tree_cpu_s() - self.start_cpu
+        return {"cpu_s": cpu, "times": self.times, "right": self.right, "errors": self.errors}
 
 
 def code_judge(judge: str, language: str) -> Any:
@@ -594,6 +600,10 @@ def reap_orphans(grace_s: float = 10.0) -> int:
         time.sleep(0.05)
 
 
+class JudgeFailed(RuntimeError):
+    """A judge's process failed or hung: its row is left out and the report names it."""
+
+
 def run_judge(judge: str, nonce: str, rounds: int) -> dict[str, Any]:
     """One judge's rounds in a fresh process; its JSON, plus the whole process's CPU and any adopted orphans."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -607,11 +617,11 @@ def run_judge(judge: str, nonce: str, rounds: int) -> dict[str, Any]:
         )
     except subprocess.TimeoutExpired as error:
         reap_orphans(0.0)
-        raise SystemExit(f"judge {judge} ran past {JUDGE_TIMEOUT_S} s") from error
+        raise JudgeFailed(f"judge {judge} ran past {JUDGE_TIMEOUT_S} s") from error
     orphans = reap_orphans()
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if done.returncode != 0:
-        raise SystemExit(f"judge {judge} failed:\n{done.stderr[-4000:]}")
+        raise JudgeFailed(f"judge {judge} failed:\n{done.stderr[-2000:]}")
     out = json.loads(done.stdout.strip().splitlines()[-1])
     out["process_cpu_s"] = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     out["orphans"] = orphans  # adopted while the judge ran (its snapshots counted them), reaped here
@@ -677,13 +687,18 @@ def measure(only: set[str] | None = None, rounds: int = 3) -> dict[str, Any]:
     nonce = uuid.uuid4().hex[:12]  # no cache of an earlier run can answer for these programs
     load_before = os.getloadavg()
     started = time.perf_counter()
-    out: dict[str, Any] = {"code_cpp": [], "code_python": [], "verilog": [], "raw": {}}
+    out: dict[str, Any] = {"code_cpp": [], "code_python": [], "verilog": [], "raw": {}, "failed": []}
     for judge in JUDGES:
         if only and judge not in only:
             continue
         print(f"measuring {judge} ...", file=sys.stderr, flush=True)
         family = JUDGES[judge]["family"]
-        costs, raw = (measure_code if family == "code" else measure_verilog)(judge, nonce, rounds)
+        try:
+            costs, raw = (measure_code if family == "code" else measure_verilog)(judge, nonce, rounds)
+        except JudgeFailed as error:
+            print(error, file=sys.stderr, flush=True)
+            out["failed"].append(judge)
+            continue
         key = "verilog" if family == "verilog" else f"code_{JUDGES[judge]['language']}"
         out[key].append(costs)
         out["raw"][judge] = raw
@@ -804,9 +819,12 @@ def report(measured: dict[str, Any], scale: Scale, verilog_scale: Scale, target_
     wrong = [c.judge for key in ("code_cpp", "code_python", "verilog") for c in measured[key] if not c.right]
     if wrong:
         lines += [
-            f"**Some verdicts were wrong** (these rows measure a broken judge): {', '.join(wrong)}.",
+            f"**Some verdicts were wrong or failed** (these rows measure a broken or overloaded judge; the raw "
+            f"output saved with `--save` holds the errors): {', '.join(wrong)}.",
             "",
         ]
+    if measured.get("failed"):
+        lines += [f"**Judges that failed to run** (left out): {', '.join(measured['failed'])}.", ""]
     return "\n".join(lines)
 
 

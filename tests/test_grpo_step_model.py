@@ -167,6 +167,7 @@ def measured() -> dict[str, object]:
             costs(M.LABELS["verilog:bare"], cpu_per_problem=-0.001, cpu_per_submission=0.0125),
         ],
         "raw": {},
+        "failed": ["cpp:sandboxfusion"],
         "machine": {
             "cores": 2,
             "cpu": "test CPU",
@@ -200,8 +201,9 @@ def test_report_shows_the_modelled_step_and_its_assumptions() -> None:
     assert "**75.1 s** | 56.3 s to 112.6 s | 1.5x |" in text
     assert "parallel efficiency 0.75" in text and "CPU time is what scales" in text
     assert "0 (fit -1.0)" in text  # a negative fit is shown as the 0 the model uses
-    assert "Some verdicts were wrong" in text and M.LABELS["verilog:proctor"] in text
+    assert "Some verdicts were wrong or failed" in text and M.LABELS["verilog:proctor"] in text
     assert "| n/a |" in text  # Python has no floor measured here: no ratio
+    assert "Judges that failed to run** (left out): cpp:sandboxfusion" in text
 
 
 def test_main_models_from_a_saved_file_without_measuring(
