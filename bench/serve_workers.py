@@ -123,6 +123,8 @@ def row(label: str, workers: int, tree: Path, logs: Path, args: argparse.Namespa
         str(sum(tally.not_ok.values())),
         f"{sum(pools)} ({'+'.join(map(str, pools))})",
         f"{sum(used) / args.duration:.2f}",
+        # Requests per CPU-second the server used: comparable across rows even when other work takes the cores.
+        f"{sum(tally.in_window.values()) / max(sum(used), 1e-9):,.0f}",
         split if workers > 1 else "—",
     ]
     print("  ".join(cells), flush=True)
@@ -176,12 +178,13 @@ def main() -> None:
         f"{args.clients} keep-alive clients, each alternating `text.match` and `math` items (every item different), "
         f"{args.warmup:g} s warm-up then {args.duration:g} s measured. Latency is the client's. Pool processes: "
         "the verifier pool's worker processes on the host (per uvicorn worker). CPU: cores the server used in the "
-        "measured window (uvicorn workers and their pool processes); split: each uvicorn worker's part of it. "
+        "measured window (uvicorn workers and their pool processes), and requests answered per CPU-second of it; "
+        "split: each uvicorn worker's part of it. "
         "Reproduce: `.venv/bin/python bench/serve_workers.py`.",
         "",
         "| server | answered/s | text p50 ms | text p99 ms | math p50 ms | math p99 ms | answered | 429 (retried) | lost | "
-        "not ok | pool processes | CPU (cores) | CPU split % |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---|",
+        "not ok | pool processes | CPU (cores) | answered per CPU-s | CPU split % |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---|",
         *rows,
         "",
     ]
