@@ -234,7 +234,6 @@ def main() -> None:
         server.terminate()
         server.wait(timeout=30)
     rates = throughput(rows, args.designs, args.rounds + 1, args.threads)
-    profiles = profile(rows)
     load_after = os.getloadavg()[0]
 
     n = len(rows) * args.designs
@@ -286,6 +285,10 @@ def main() -> None:
         "| check | tool runs (CPU ms / wall ms) | tools wall ms | verdict wall ms | rest ms |",
         "|---|---|---:|---:|---:|",
     ]
+    print("\n".join(lines))  # what is measured so far, before the profile
+    sys.stdout.flush()
+    lines = []
+    profiles = profile(rows)
     for name, runs, seconds in profiles:
         tools = sum(wall for _, _, wall in runs)
         listed = ", ".join(f"{run} {1000 * cpu:.1f} / {1000 * wall:.1f}" for run, cpu, wall in runs)

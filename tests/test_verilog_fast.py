@@ -6,6 +6,7 @@ the state a fresh one has."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -301,3 +302,21 @@ def test_warm_and_cold_jails_agree(monkeypatch: pytest.MonkeyPatch):
     assert [same(v, v) for v in warm] == [same(v, v) for v in cold]
     assert [v.reason for v in warm] == [None, "mismatch", "interface_mismatch", "compile_error"]
     assert warm[0].status is Status.ok
+
+
+def test_a_forked_child_does_not_share_the_parents_warm_jails():
+    # Two processes talking to one warm server would garble its frames: a forked child starts with none.
+    backend = resolve_backend(None)
+    assert jails.POOL.run(backend, Job(commands=[sh("true")])) is not None
+    assert jails.POOL.idle >= 1
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child
+        os.write(write, str(jails.POOL.idle).encode())
+        os._exit(0)
+    os.close(write)
+    _, status = os.waitpid(pid, 0)
+    assert os.read(read, 16) == b"0" and status == 0
+    os.close(read)
+    again = jails.POOL.run(backend, Job(commands=[sh("echo still")]))
+    assert again is not None and again.commands[0].stdout == "still\n"

@@ -19,9 +19,12 @@ Only the nsjail backend is used warm (its /tmp is the jail's own); other backend
 
 from __future__ import annotations
 
+import atexit
 import base64
+import inspect
 import io
 import logging
+import os
 import secrets
 import tarfile
 import threading
@@ -42,6 +45,19 @@ IDLE_S = 120.0  # an idle jail older than this is closed when the pool is next u
 # its own files already; a restarted server gets a fresh jail) and in /tmp, dot files included.
 CLEAN = "/box/* /box/.[!.]* /box/..?* /tmp/* /tmp/.[!.]* /tmp/..?*"
 DIRECTORY = "w."  # a job's directory: DIRECTORY + 16 random hex digits, under the jail's /box
+
+
+# Tools that run the candidate's code (the simulator runs its processes). The others (iverilog, yosys, ABC,
+# tar, the shell that sets a job up) only read its text: where the sandbox tells the two apart (`trusted`
+# runs keep the files they write; after any other run the jail goes back to how it was before it), the
+# verifier's own steps are marked trusted, so a compile's output is there for the simulation after it.
+RUNS_CANDIDATE = frozenset({"/usr/bin/vvp"})
+_TRUSTED_RUNS = "trusted" in inspect.signature(WarmPython.execute).parameters
+
+
+def _trust(trusted: bool) -> dict[str, bool]:
+    """execute()'s `trusted` argument where the sandbox has it."""
+    return {"trusted": trusted} if _TRUSTED_RUNS else {}
 
 
 class SetupFailed(Exception):
@@ -119,12 +135,15 @@ class ToolJail:
             argv = [SH, "-c", script, "sh", *command.argv]
             stdin = archive(directory, files) if index == 0 else command.stdin
             env = {**ENV, **job.env}
-            result = self.server.execute(argv, env, stdin, command.limits, command.name)
+            trusted = command.argv[0] not in RUNS_CANDIDATE
+            result = self.server.execute(argv, env, stdin, command.limits, command.name, **_trust(trusted))
             if result.verdict is RunVerdict.sandbox_error:
                 raise SetupFailed(f"{command.name}: {result.detail}")
             head, _, rest = result.stdout.partition("\n")
             if head != marker:
-                raise SetupFailed(f"{command.name}: the job's files were not put in place ({result.detail})")
+                raise SetupFailed(
+                    f"{command.name}: the job's files were not put in place ({result.detail}): {result.stderr[-300:]}"
+                )
             result.stdout = rest
             if result.verdict is RunVerdict.time_limit and result.detail.startswith("cpu "):
                 # the words a cold jail uses, with the limit applied (the server says "cpu X s > Y s")
@@ -138,7 +157,8 @@ class ToolJail:
         size = {"cpu_s": 5.0, "wall_s": 11.0, "output_bytes": 2 * limit * len(job.fetch) + 4096}
         limits = self.limits.model_copy(update=size)
         script = f'cd {directory} && echo {marker} && exec {TAR} -c -f - --ignore-failed-read -- "$@"'
-        result = self.server.execute([SH, "-c", script, "sh", *job.fetch], ENV, "", limits, "fetch")
+        argv = [SH, "-c", script, "sh", *job.fetch]
+        result = self.server.execute(argv, ENV, "", limits, "fetch", **_trust(True))
         head, _, rest = result.stdout.partition("\n")
         if result.verdict is RunVerdict.sandbox_error or head != marker:
             raise SetupFailed(f"fetch: the job's files could not be read back ({result.detail})")
@@ -233,8 +253,16 @@ class JailPool:
         for jail in idle:
             jail.close()
 
+    def forget(self) -> None:
+        """Drop the idle jails without closing them: in a forked child they are the parent's (their pipes
+        and servers), which it goes on using."""
+        self._idle = []
+        self._lock = threading.Lock()
+
 
 POOL = JailPool()
+atexit.register(POOL.close)
+os.register_at_fork(after_in_child=POOL.forget)
 
 
 def warm_usable(backend: Backend) -> bool:

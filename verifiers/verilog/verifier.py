@@ -618,30 +618,38 @@ def gate(
     raw = raw_violations(source)
     if raw:
         return Rejection("forbidden_construct", raw[0], {"violations": raw[:20]})
-    # One job: preprocess, and elaborate the candidate as written (alone, so nothing can clash; compiling
-    # runs none of its code): the forbidden-construct check on the preprocessed text comes first on the host.
     elaborate = [IVERILOG, "-g2012", "-o", "cand.vvp", "-s", reference.top, "cand.v"]
-    first = run_job(
-        {"cand.v": source},
-        [
-            (
-                "preprocess",
-                [IVERILOG, "-g2012", "-E", "-o", "pre.v", "cand.v"],
-                tool_limits(10.0, options, 1),
-            ),
-            ("elaborate", elaborate, tool_limits(20.0, options, 1)),
-        ],
-        fetch=("pre.v", "cand.vvp"),
-    )
-    text = fetched(first, "pre.v")
-    if text is None or first.commands[0].verdict is not RunVerdict.ok:
-        return Rejection("compile_error", tool_message(first.commands[0]))
-    found = violations(text)
-    if found:
-        return Rejection("forbidden_construct", found[0], {"violations": found[:20]})
-    names = declared_modules(tokenize(text))
-    if reference.top not in names:
-        return Rejection("interface_mismatch", f"no module named {reference.top}", {"modules": names[:20]})
+    elaborating = ("elaborate", elaborate, tool_limits(20.0, options, 1))
+    read = None
+    if fastgate.plain_source(source):
+        # iverilog -E gives a plain source back unchanged: the checks on the host first, then one job that
+        # elaborates it alone (and reads it with yosys)
+        text = source
+        checked = _checked(text, reference)
+        if isinstance(checked, Rejection):
+            return checked
+        names, renamed, syn = checked
+        commands, fetch = [elaborating], ["cand.vvp"]
+        if with_yosys:
+            commands.append(_yosys_read(reference, options))
+            fetch.append("cand.json")
+        first = read = run_job({"cand.v": source, "cand_syn.v": syn}, commands, fetch=tuple(fetch))
+    else:
+        # One job: preprocess, and elaborate the candidate as written (alone, so nothing can clash; compiling
+        # runs none of its code): the forbidden-construct check on the preprocessed text comes first on the host.
+        preprocess = [IVERILOG, "-g2012", "-E", "-o", "pre.v", "cand.v"]
+        first = run_job(
+            {"cand.v": source},
+            [("preprocess", preprocess, tool_limits(10.0, options, 1)), elaborating],
+            fetch=("pre.v", "cand.vvp"),
+        )
+        text = fetched(first, "pre.v")
+        if text is None or first.commands[0].verdict is not RunVerdict.ok:
+            return Rejection("compile_error", tool_message(first.commands[0]))
+        checked = _checked(text, reference)
+        if isinstance(checked, Rejection):
+            return checked
+        names, renamed, syn = checked
     compiled = fetched(first, "cand.vvp")
     elaborated = command(first, "elaborate")
     if elaborated is None or elaborated.verdict is not RunVerdict.ok or compiled is None:
@@ -649,17 +657,12 @@ def gate(
     differences = port_differences(info.ports, ports_from_vvp(compiled, reference.top))
     if differences:
         return Rejection("interface_mismatch", differences[0], {"port_differences": differences[:20]})
-    renamed = rename(text, names, CAND_PREFIX)
-    syn = synthesis_view(renamed)
     top = CAND_PREFIX + reference.top
     if not with_yosys:  # only formal needs yosys' view of the candidate (whether it holds state)
         return Gated(renamed, syn, top, bool(info.sequential))
     timing = timing_controls(text)
-    read = run_job(
-        {"cand_syn.v": syn},
-        [("yosys", yosys_json_argv("cand_syn.v", top, "cand.json"), tool_limits(20.0, options))],
-        fetch=("cand.json",),
-    )
+    if read is None:
+        read = run_job({"cand_syn.v": syn}, [_yosys_read(reference, options)], fetch=("cand.json",))
     # yosys reads less than iverilog (e.g. `q <= areset ? 0 : d` under an async-reset sensitivity list): the
     # candidate is still simulated, and the formal check says inconclusive with yosys' message.
     design = fetched(read, "cand.json")
@@ -678,6 +681,25 @@ def gate(
         unmodelled=formal.undefined_sources(parsed, top, constants=False),
         timing=timing,
     )
+
+
+def _checked(text: str, reference: VerilogReference) -> Rejection | tuple[list[str], str, str]:
+    """The gate's checks on the preprocessed text (forbidden constructs, the top declared), and its modules,
+    the renamed text and its synthesis view."""
+    found = violations(text)
+    if found:
+        return Rejection("forbidden_construct", found[0], {"violations": found[:20]})
+    names = declared_modules(tokenize(text))
+    if reference.top not in names:
+        return Rejection("interface_mismatch", f"no module named {reference.top}", {"modules": names[:20]})
+    renamed = rename(text, names, CAND_PREFIX)
+    return names, renamed, synthesis_view(renamed)
+
+
+def _yosys_read(reference: VerilogReference, options: VerilogOptions) -> tuple[str, list[str], RunLimits]:
+    """The gate's yosys read of the candidate's synthesis view (cand_syn.v), written as cand.json."""
+    argv = yosys_json_argv("cand_syn.v", CAND_PREFIX + reference.top, "cand.json")
+    return ("yosys", argv, tool_limits(20.0, options))
 
 
 # -- checks ----------------------------------------------------------------------------------------------
