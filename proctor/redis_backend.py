@@ -29,6 +29,7 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 if TYPE_CHECKING:  # the redis library is imported by the first SharedRedis, only in a service that uses Redis
@@ -107,12 +108,46 @@ class RedisObserver(Protocol):
         ...
 
     def shared_cache(self, result: str) -> None:
-        """One look-up in the shared result cache: `hit` or `miss`."""
+        """One look-up in the shared result cache: `hit`, `miss`, or `rejected` (an entry whose MAC failed, or
+        that no replica would write: dropped)."""
         ...
 
     def single_flight(self, outcome: str) -> None:
         """How an expensive item was run: `owner`, `waited`, `took_over`, `timed_out`, `degraded`."""
         ...
+
+
+class Lease:
+    """A held lock as `SharedRedis.renewing` yields it: `lost` turns True once it can no longer be trusted."""
+
+    __slots__ = ("name", "token", "lost")
+
+    def __init__(self, name: str, token: str):
+        self.name = name
+        self.token = token
+        self.lost = False
+
+
+class ForwardingObserver:
+    """Passes a second client's events (the cache's own Redis) to the main client's observer, as it is now.
+
+    Its up/down changes are left out: `proctor_redis_up` is the main Redis's (sessions, locks); a cache
+    instance that is down shows as `proctor_redis_errors_total{op="cache_get"}` and shared-cache misses."""
+
+    def __init__(self, main: SharedRedis):
+        self.main = main
+
+    def redis_state(self, up: bool) -> None:
+        pass
+
+    def redis_error(self, op: str) -> None:
+        self.main.observer.redis_error(op)
+
+    def shared_cache(self, result: str) -> None:
+        self.main.observer.shared_cache(result)
+
+    def single_flight(self, outcome: str) -> None:
+        self.main.observer.single_flight(outcome)
 
 
 class _NoObserver:
@@ -172,6 +207,8 @@ class SharedRedis:
         self._release = self.client.register_script(_RELEASE)
         self._bucket = self.client.register_script(_BUCKET)
         self.heartbeat_s = heartbeat_s
+        # Lock renewals only: two threads, so one Redis call stuck up to its timeout never holds up the rest.
+        self._renewals = ThreadPoolExecutor(max_workers=2, thread_name_prefix="proctor-redis-renew")
         self._stop = threading.Event()
         self._heart: threading.Thread | None = None
 
@@ -269,27 +306,57 @@ class SharedRedis:
             return None
         return bool(result)
 
-    def renew_lock(self, name: str, token: str, lease_ms: int) -> bool:
-        """Extend a lock this token holds; False when it was lost (expired and maybe taken by another)."""
-        return bool(self.call("lock", lambda r: self._renew(keys=[PREFIX + name], args=[token, lease_ms]), 0))
+    def renew_lock(self, name: str, token: str, lease_ms: int) -> bool | None:
+        """Extend a lock this token holds: True renewed, False lost (expired, maybe taken by another), None
+        when Redis did not answer. It bypasses the breaker, as `ping` does: one failed call elsewhere must not
+        cost a holder its lease."""
+        try:
+            renewed = self._renew(keys=[PREFIX + name], args=[token, lease_ms])
+        except self._failures as exc:
+            if self._up:  # as ping: an open breaker keeps its own backoff
+                self._failed("lock_renew", exc)
+            return None
+        self._succeeded()
+        return bool(renewed)
 
     def unlock(self, name: str, token: str) -> None:
         """Release a lock if this token still holds it (never another holder's)."""
         self.call("lock", lambda r: self._release(keys=[PREFIX + name], args=[token]), 0)
 
     @contextlib.asynccontextmanager
-    async def renewing(self, name: str, token: str, lease_ms: int) -> AsyncIterator[None]:
-        """Keep renewing a held lock (every third of its lease) while the block runs, then release it."""
+    async def renewing(self, name: str, token: str, lease_ms: int) -> AsyncIterator[Lease]:
+        """Keep renewing a held lock (every third of its lease) while the block runs, then release it.
+
+        Renewals run on this client's own small executor, never the default one that scoring, `prepare` and
+        the session store share: a burst of work there must not delay a renewal past the lease. The yielded
+        `Lease` turns `lost` when Redis says the lock is no longer this token's, or no renewal got through for
+        a whole lease; a holder that must not act without the lock (a session step) checks it before writing.
+        """
+        lease = Lease(name, token)
+        loop = asyncio.get_running_loop()
 
         async def renew() -> None:
+            confirmed = time.monotonic()
             while True:
                 await asyncio.sleep(lease_ms / 3000)
-                if not await asyncio.to_thread(self.renew_lock, name, token, lease_ms):
+                # A RuntimeError: the client was closed under us (shutdown); no renewal, as if Redis were down.
+                try:
+                    renewed = await loop.run_in_executor(
+                        self._renewals, self.renew_lock, name, token, lease_ms
+                    )
+                except RuntimeError:
+                    renewed = None
+                if renewed:
+                    confirmed = time.monotonic()
+                    continue
+                if renewed is False or time.monotonic() - confirmed >= lease_ms / 1000:
+                    lease.lost = True
                     log.warning("lost the lock %s while holding it (Redis down, or the lease ran out)", name)
+                    return
 
-        task = asyncio.get_running_loop().create_task(renew())
+        task = loop.create_task(renew())
         try:
-            yield
+            yield lease
         finally:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -351,6 +418,7 @@ class SharedRedis:
         if heart is not None:
             heart.join(timeout=self.heartbeat_s + 1)
         self.call("heartbeat", lambda r: r.delete(PREFIX + "replica:" + self.replica_id), 0)
+        self._renewals.shutdown(wait=False, cancel_futures=True)
         with contextlib.suppress(*self._failures):
             self.client.close()
 

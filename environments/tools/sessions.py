@@ -74,7 +74,7 @@ from proctor.environments.tools.base import (
 from proctor.verifiers.reading.tool_calls import DialectChoice, ParsedCalls, parse_message
 
 if TYPE_CHECKING:  # the redis library is imported only by a service configured to use it
-    from proctor.redis_backend import SharedRedis
+    from proctor.redis_backend import Lease, SharedRedis
 
 log = logging.getLogger(__name__)
 
@@ -214,6 +214,10 @@ class SessionRecord(BaseModel):
     end_reason: str | None = None
     status: str | None = None
     score: dict[str, Any] | None = None
+    revision: int = Field(0, exclude=True)
+    """How many times a shared store has written the record: its compare-and-set version (0 in one process).
+    Kept beside the record (`session-rev:<id>`), not in its JSON, so a replica of the previous version, which
+    forbids unknown fields, still reads records during a rolling upgrade."""
 
     @property
     def expired(self) -> bool:
@@ -352,7 +356,10 @@ class RedisSessionStore:
     `grace_s`, so a tombstone can still be written; closed ones vanish when their retention ends), an
     idempotency key (`session-key:<owner>:<id>`) beside it, and the open sessions in a sorted set by expiry.
     `add` stamps the record with this replica (`replica`, `replica_url`): its environment state lives here.
-    `lock` is a Redis lock per session, so two replicas never run steps of one session at once.
+    `lock` is a Redis lock per session, so two replicas never run steps of one session at once. Every write is
+    a compare-and-set (`_WRITE`): it lands only when the record's `revision` in Redis is still the one this
+    record was read at and, under `lock`, while the lock is still this request's; else the request fails with
+    503 and nothing is stored, so a step whose lock lapsed (a stalled replica) can never overwrite another's.
 
     Degraded: with Redis down, `add` keeps the new session in a `MemorySessionStore` (only this replica can
     reach it); records already in Redis answer 503 (retry later) until Redis is back.
@@ -375,6 +382,9 @@ class RedisSessionStore:
         self.lock_lease_ms = lock_lease_ms
         self.lock_wait_s = lock_wait_s
         self._open_key = shared.key("sessions:open")
+        self._cas = shared.client.register_script(_WRITE)
+        self._leases: dict[str, Lease] = {}
+        """The session locks this store holds now (by session id), checked before each write under them."""
 
     @property
     def replica_id(self) -> str:
@@ -405,25 +415,47 @@ class RedisSessionStore:
             left += self.grace_s
         return max(1, int(left * 1000))
 
+    def _rev_key(self, session_id: str) -> str:
+        return self.shared.key("session-rev:" + session_id)
+
     def _write(self, record: SessionRecord) -> bool:
-        """Store the record, its idempotency key and its place in the open set, in one transaction."""
-        data = record.model_dump_json()
-        ttl = self._ttl_ms(record)
+        """Store the record, its idempotency key and its place in the open set, in one compare-and-set; False
+        when Redis could not take it. Raises 503 (nothing written) when the record was changed since it was
+        read, or the session's lock this store holds was lost meanwhile."""
         sid = record.session_id
+        lease = self._leases.get(sid)
+        if lease is not None and lease.lost:  # known lost before the write: abort without touching Redis
+            raise self._lost(sid)
+        expected = record.revision
+        data = record.model_dump_json()  # without the revision, which lives in its own key
+        ttl = self._ttl_ms(record)
+        lock_key = self.shared.key("session-lock:" + sid)
+        keys = [self._record_key(sid), self._rev_key(sid), lock_key, self._open_key]
+        if record.client_id is not None:
+            keys.append(self._id_key(record.owner, record.client_id))
+        token = lease.token if lease is not None else ""
+        args = [data, ttl, expected, token, sid, int(record.done), repr(record.expires_at)]
+        result = self.shared.call("session_put", lambda r: self._cas(keys=keys, args=args), None)
+        if result is None:
+            return False
+        if int(result) == _STALE:
+            raise RequestError(
+                503,
+                f"session {sid!r} was changed by another request meanwhile; nothing was stored, retry the step",
+                "session_id",
+            )
+        if int(result) == _LOCK_LOST:
+            raise self._lost(sid)
+        record.revision = expected + 1
+        return True
 
-        def write(r: Any) -> bool:
-            pipe = r.pipeline(transaction=True)
-            pipe.set(self._record_key(sid), data, px=ttl)
-            if record.client_id is not None:
-                pipe.set(self._id_key(record.owner, record.client_id), sid, px=ttl)
-            if record.done:
-                pipe.zrem(self._open_key, sid)
-            else:
-                pipe.zadd(self._open_key, {sid: record.expires_at})
-            pipe.execute()
-            return True
-
-        return bool(self.shared.call("session_put", write, False))
+    @staticmethod
+    def _lost(session_id: str) -> RequestError:
+        return RequestError(
+            503,
+            f"this replica lost session {session_id!r}'s lock while stepping it; nothing was stored, retry",
+            "session_id",
+        )
 
     async def add(self, record: SessionRecord) -> None:
         """Store a new open session here in Redis (in this process while Redis is down); PoolFull when full."""
@@ -447,11 +479,17 @@ class RedisSessionStore:
             return await self.local.get(session_id)
 
         def read() -> SessionRecord | None:
-            raw = self.shared.call("session_get", lambda r: r.get(self._record_key(session_id)), DOWN_MARK)
-            if raw is DOWN_MARK:
+            keys = [self._record_key(session_id), self._rev_key(session_id)]
+            values = self.shared.call("session_get", lambda r: r.mget(keys), DOWN_MARK)
+            if values is DOWN_MARK:
                 raise self._unavailable()
+            raw, revision = values
+            if raw is None:
+                return None
             # Parsed on the thread too: a transcript of megabytes would stall the event loop.
-            return None if raw is None else SessionRecord.model_validate_json(raw)
+            record = SessionRecord.model_validate_json(raw)
+            record.revision = int(revision or 0)  # the version this read saw, for the write's compare-and-set
+            return record
 
         return await asyncio.to_thread(read)
 
@@ -473,7 +511,7 @@ class RedisSessionStore:
 
         def delete(r: Any) -> bool:
             pipe = r.pipeline(transaction=True)
-            pipe.delete(self._record_key(session_id))
+            pipe.delete(self._record_key(session_id), self._rev_key(session_id))
             pipe.zrem(self._open_key, session_id)
             if record.client_id is not None:
                 # Only this session's key: a newer session may have taken the idempotency key since.
@@ -582,10 +620,34 @@ class RedisSessionStore:
                 )
             await asyncio.sleep(delay)
             delay = min(delay * 1.5, 0.1)
-        async with self.shared.renewing(name, token, self.lock_lease_ms):
-            yield
+        async with self.shared.renewing(name, token, self.lock_lease_ms) as lease:
+            self._leases[session_id] = lease
+            try:
+                yield
+            finally:
+                if self._leases.get(session_id) is lease:
+                    del self._leases[session_id]
 
 
+_STALE = -1
+_LOCK_LOST = -2
+# Compare-and-set of a session record. KEYS: record, revision, lock, open set[, idempotency key]. ARGV: the
+# record's JSON, TTL ms, the revision it was read at, the lock token ("" when written without the lock), the
+# session id, done (0/1), expires_at. Returns the new revision, or _STALE or _LOCK_LOST with nothing written.
+_WRITE = """
+local revision = tonumber(redis.call('GET', KEYS[2]) or '0')
+if revision ~= tonumber(ARGV[3]) then return -1 end
+if ARGV[4] ~= '' and redis.call('GET', KEYS[3]) ~= ARGV[4] then return -2 end
+redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+redis.call('SET', KEYS[2], revision + 1, 'PX', ARGV[2])
+if KEYS[5] then redis.call('SET', KEYS[5], ARGV[5], 'PX', ARGV[2]) end
+if ARGV[6] == '1' then
+  redis.call('ZREM', KEYS[4], ARGV[5])
+else
+  redis.call('ZADD', KEYS[4], ARGV[7], ARGV[5])
+end
+return revision + 1
+"""
 DOWN_MARK: Any = object()
 """The default handed to `SharedRedis.call` to tell "Redis did not answer" from "no such record"."""
 _DELETE_IF = "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0"
