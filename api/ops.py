@@ -12,6 +12,7 @@ import proctor
 from proctor.api.auth import token_matches, unauthorized
 from proctor.api.rendering import json_response
 from proctor.api.responses import Health, error_responses
+from proctor.api.server import budget_report
 from proctor.api.state import ServiceState, get_state
 from proctor.engine import Engine
 
@@ -38,6 +39,11 @@ class ServiceHealth(Health):
         description="Redis shared by replicas (PROCTOR_REDIS_URL): off when not configured; unavailable while "
         "this replica serves without it (its own cache, memory sessions for new sessions, per-process rate "
         "limits) until it answers again."
+    )
+    budget: dict[str, Any] = Field(
+        description="The settings sized per host (admission lanes, verifier pool, sandbox pool, their queues): "
+        "`host` as the operator gave them, `share` this uvicorn worker's part of them, `workers` how many "
+        "workers split them and `slot` which one this is."
     )
 
 
@@ -80,6 +86,7 @@ async def healthz(
             doctor=doctor,
         ),
         redis=_redis_status(engine),
+        budget=budget_report(state.settings),
     )
     return json_response(health)
 
