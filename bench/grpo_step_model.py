@@ -358,7 +358,7 @@ JUDGES: dict[str, dict[str, Any]] = {
     "cpp:bare": {"family": "code", "language": "cpp", "t1": 2, "t2": 50, "k": 3},
     "python:proctor": {"family": "code", "language": "python", "t1": 2, "t2": 50, "k": 5},
     "python:sandboxfusion": {"family": "code", "language": "python", "t1": 2, "t2": 20, "k": 3},
-    "python:bare": {"family": "code", "language": "python", "t1": 2, "t2": 50, "k": 5},
+    "python:bare": {"family": "code", "language": "python", "t1": 2, "t2": 20, "k": 3},
     "verilog:proctor": {"family": "verilog", "q": 4, "k": 4},
     "verilog:bare": {"family": "verilog", "q": 4, "k": 4},
 }
@@ -514,12 +514,16 @@ def code_rounds(judge: str, nonce: str, rounds: int) -> list[dict[str, Any]]:
 
 
 def verilog_rounds(judge: str, nonce: str, rounds: int) -> list[dict[str, Any]]:
-    """In this process: a warm-up problem, then per round Q new problems' first (correct) designs, then k more
-    designs of each, wrong and correct in turn."""
+    """In this process: a warm-up problem, then per round Q new problems' first designs, then k more designs of
+    each; correct and wrong designs in equal shares in both segments (Q and k even)."""
     conf = JUDGES[judge]
     verilog = bench_module("verilog")
     rows = verilog.load_rows()
     q, k = conf["q"], conf["k"]
+    if q % 2 or k % 2:
+        raise SystemExit(
+            "Q and k must be even: both segments then judge as many correct designs as wrong ones"
+        )
     if 1 + rounds * q > len(rows):
         raise SystemExit(f"{rounds} rounds of {q} problems need more than the {len(rows)} problems there are")
     if judge.endswith(":bare"):
@@ -532,26 +536,29 @@ def verilog_rounds(judge: str, nonce: str, rounds: int) -> list[dict[str, Any]]:
         def run(source: str, reference: dict[str, Any]) -> float | None:
             return verilog.proctor(source, reference, ["testbench"])[0]
 
-    def design(row: dict[str, Any], i: int) -> tuple[str, float]:
-        source, want = (row["correct"], 1.0) if i % 2 == 0 else (row["wrong"], 0.0)
+    def design(row: dict[str, Any], i: int, j: int) -> tuple[str, float]:
+        # correct and wrong in turn, shifted by the problem's place, so the first designs and the later ones hold
+        # the same mix and the per-problem cost is the problem's own, not the difference between the kinds
+        source, want = (row["correct"], 1.0) if (i + j) % 2 == 0 else (row["wrong"], 0.0)
         return distinct(source, "verilog", f"{nonce}-{row['id']}-{i}"), want
 
     warm = Segment()
-    source, want = design(rows[0], 0)
+    source, want = design(rows[0], 0, 0)
     warm.item(run, source, rows[0]["reference"], want=want)
     out = []
     for r in range(rounds):
         problems = rows[1 + r * q : 1 + (r + 1) * q]
         first = Segment()
-        for row in problems:
-            source, want = design(row, 0)
+        for j, row in enumerate(problems):
+            source, want = design(row, 0, j)
             first.item(run, source, row["reference"], want=want)
+        first_found = first.close()  # before the next segment starts: its snapshot ends this one
         more = Segment()
-        for row in problems:
+        for j, row in enumerate(problems):
             for i in range(1, 1 + k):
-                source, want = design(row, i)
+                source, want = design(row, i, j)
                 more.item(run, source, row["reference"], want=want)
-        out.append({"first": first.close(), "more": more.close()})
+        out.append({"first": first_found, "more": more.close()})
         out[-1]["first"]["right"] &= warm.right
     return out
 
