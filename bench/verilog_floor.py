@@ -12,7 +12,9 @@ Run with `.venv/bin/python bench/verilog_floor.py` (`--rounds`, `--problems`, `-
 - (b) verdicts per second with `--threads` in flight, Proctor in-process against the bare flow;
 - (c) the 80-verdict batch (10 problems x 8 distinct designs, one at a time) through the service and bare;
 - (d) a profile of one testbench verdict and one formal verdict: the tool runs with their CPU and wall time
-  as the sandbox measured them, and the rest of the verdict's wall time (Python, the sandbox's set-up).
+  as the sandbox measured them, and the rest of the verdict's wall time (Python, the sandbox's set-up);
+- (e) before and after: the same distinct designs in-process with the warm jails and the fold switched off
+  (a fresh jail per tool run, the full gate), with them on, and bare, in turn.
 
 Every Proctor verdict is checked against the expected reward (1 for a correct design, 0 for a wrong one); a
 disagreement stops the benchmark. The 1-minute load average is printed before and after.
@@ -21,6 +23,7 @@ disagreement stops the benchmark. The 1-minute load average is printed before an
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import re
@@ -29,7 +32,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -198,6 +201,39 @@ def pool_workers() -> int:
     return Settings().pool_workers
 
 
+@contextlib.contextmanager
+def speedups_off() -> Iterator[None]:
+    """The verifier as it was before the warm jails and the fold: a fresh jail per tool run, the gate's
+    `iverilog -E` and lone elaboration for every candidate (the tokenizer's cache stays on)."""
+    from proctor.verifiers.verilog import fastgate, jails, verifier
+
+    saved = (verifier.folded_testbench, jails.warm_usable, fastgate.plain_source)
+    verifier.folded_testbench = lambda *args, **kwargs: None
+    jails.warm_usable = lambda backend: False
+    fastgate.plain_source = lambda source: False
+    try:
+        yield
+    finally:
+        verifier.folded_testbench, jails.warm_usable, fastgate.plain_source = saved
+
+
+def before_after(rows: list[dict[str, Any]], count: int, round_: int) -> dict[str, list[float]]:
+    """(e): the same distinct designs judged in-process with the speed-ups off and on, and bare, in turn."""
+    times: dict[str, list[float]] = {"bare": [], "before": [], "after": []}
+    for row in rows:
+        for offset, (source, want) in enumerate(designs(row, count, round_)):
+            reference = row["reference"]
+            with speedups_off():
+                seconds, reward = timed(lambda s=variant(source, -7 - offset), r=reference: inprocess(s, r))
+            assert reward == want
+            times["before"].append(seconds)
+            seconds, reward = timed(lambda s=source, r=reference: inprocess(s, r))
+            assert reward == want
+            times["after"].append(seconds)
+            times["bare"].append(timed(lambda s=source, r=reference: bare(s, r))[0])
+    return times
+
+
 def ratio(a: float, b: float) -> str:
     """a / b as `N.NNx`."""
     return f"{a / b:.2f}x"
@@ -289,12 +325,21 @@ def main() -> None:
     sys.stdout.flush()
     lines = []
     profiles = profile(rows)
+    compared = before_after(rows, args.designs, args.rounds + 3)
     for name, runs, seconds in profiles:
         tools = sum(wall for _, _, wall in runs)
         listed = ", ".join(f"{run} {1000 * cpu:.1f} / {1000 * wall:.1f}" for run, cpu, wall in runs)
         lines.append(
             f"| {name} | {listed} | {1000 * tools:.1f} | {1000 * seconds:.1f} | {1000 * (seconds - tools):.1f} |"
         )
+    b = {key: statistics.median(values) for key, values in compared.items()}
+    lines += [
+        "",
+        f"**(e) Before and after** ({len(compared['after'])} distinct designs, in-process, in turn with the bare "
+        "flow; `before`: a fresh jail per tool run and the full gate for every candidate): median "
+        f"{1000 * b['before']:.1f} ms before ({ratio(b['before'], b['bare'])} the bare flow), "
+        f"{1000 * b['after']:.1f} ms after ({ratio(b['after'], b['bare'])}), bare {1000 * b['bare']:.1f} ms.",
+    ]
     print("\n".join(lines))
     sys.stdout.flush()
 

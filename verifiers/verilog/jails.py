@@ -7,8 +7,8 @@ four of them; here a verdict takes none. Each jail is the sandbox's own warm ser
 with the run's own CPU, memory, process and output limits, and kills whatever the run left behind before the
 next one). Every job starts from a clean slate, as a fresh jail would:
 
-- the job's files are unpacked (tar, from stdin) into a new directory with a random name, after everything
-  in the jail's /box and /tmp is removed; the runs see only those files;
+- the job's files are unpacked (tar, from stdin) into the job's directory, which tar empties first, after
+  anything else in the jail's /box and /tmp is removed; the runs see only those files;
 - the first run's shell prints a random marker once the files are in place, before it execs the tool: a job
   whose set-up did not print it (a full disk, a broken jail) is a machinery failure, and the job runs again
   in a fresh jail, never a verdict on the candidate;
@@ -41,10 +41,17 @@ ENV = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "HOME": "/tmp"}
 MAX_IDLE = 4  # idle jails kept; more are started while more jobs run at once, and closed when handed back
 MAX_JOBS = 256  # jobs one jail serves before it is replaced
 IDLE_S = 120.0  # an idle jail older than this is closed when the pool is next used
+DIRECTORY = "job"  # a job's directory, under the jail's /box
 # What a job's first run removes before it unpacks the job's files: everything in /box (the server has read
-# its own files already; a restarted server gets a fresh jail) and in /tmp, dot files included.
+# its own files already; a restarted server gets a fresh jail) and in /tmp, dot files included. The shell
+# looks first and starts `rm` only when something besides the last job's directory is there (tar empties
+# that one itself, --recursive-unlink), so a job in a clean jail costs no extra process.
 CLEAN = "/box/* /box/.[!.]* /box/..?* /tmp/* /tmp/.[!.]* /tmp/..?*"
-DIRECTORY = "w."  # a job's directory: DIRECTORY + 16 random hex digits, under the jail's /box
+SETUP = (
+    f"x=; for f in {CLEAN}; do case $f in /box/{DIRECTORY}) ;; *) "
+    '{ [ -e "$f" ] || [ -L "$f" ]; } && x=1;; esac; done; '
+    f'[ -z "$x" ] || rm -rf {CLEAN} 2>/dev/null; {TAR} -x --recursive-unlink -f - || exit 97; '
+)
 
 
 # Tools that run the candidate's code (the simulator runs its processes). The others (iverilog, yosys, ABC,
@@ -122,20 +129,24 @@ class ToolJail:
         """Run the job's commands in order (keep going past failures), then fetch its files; SetupFailed when
         the files could not be put in place."""
         self.jobs += 1
-        directory = DIRECTORY + secrets.token_hex(8)
+        directory = DIRECTORY
         marker = secrets.token_hex(16)
         files = {item.path: item.content for item in job.files}
         results: list[CommandResult] = []
         for index, command in enumerate(job.commands):
-            # Paths in the argv are relative to the job's directory: a shell enters it and execs the tool.
-            setup = ""
-            if index == 0:
-                setup = f"rm -rf {CLEAN} 2>/dev/null; {TAR} -x -f - || exit 97; "
-            script = f'{setup}cd {directory} && echo {marker} && exec "$@"'
-            argv = [SH, "-c", script, "sh", *command.argv]
+            # Paths in the argv are relative to the job's directory: a shell enters it and runs the tool (a
+            # command that is a shell script itself is spliced in, so no second shell starts).
+            setup = SETUP if index == 0 else ""
+            if command.argv[:2] == [SH, "-c"] and len(command.argv) > 3:
+                body, args = command.argv[2], command.argv[3:]
+            else:
+                body, args = 'exec "$@"', ["sh", *command.argv]
+            argv = [SH, "-c", f"{setup}cd {directory} && echo {marker} && {body}", *args]
             stdin = archive(directory, files) if index == 0 else command.stdin
             env = {**ENV, **job.env}
-            trusted = command.argv[0] not in RUNS_CANDIDATE
+            trusted = command.argv[0] not in RUNS_CANDIDATE and not (
+                command.argv[0] == SH and RUNS_CANDIDATE & set(command.argv)
+            )
             result = self.server.execute(argv, env, stdin, command.limits, command.name, **_trust(trusted))
             if result.verdict is RunVerdict.sandbox_error:
                 raise SetupFailed(f"{command.name}: {result.detail}")
