@@ -303,13 +303,8 @@ def parquet_shape(path: str | os.PathLike[str]) -> tuple[int, int]:
     return int(metadata.num_rows), int(size)
 
 
-# Rows of a bounded read are turned into Python objects at most this many bytes (of text) at a time.
+# Rows of a bounded read are decoded in batches of at most this many bytes of text (or one row).
 _DECODE_BYTES = 8 << 20
-
-
-def _text_columns(parquet: Any) -> list[str]:
-    """Top-level string and binary columns: read as dictionaries, so their size is known before decoding."""
-    return [field.name for field in parquet.schema_arrow if _is_text(field.type)]
 
 
 def _is_text(kind: Any) -> bool:
@@ -326,21 +321,31 @@ def _is_text(kind: Any) -> bool:
     )
 
 
-def _text_sizes(batch: Any) -> list[int]:
-    """Each row's bytes of string and binary values (still dictionary-encoded: nothing is expanded here)."""
+def _value_type(kind: Any) -> Any:
+    """A dictionary column's value type (a file written from dictionary arrays says so in its schema)."""
+    import pyarrow as pa
+
+    return kind.value_type if pa.types.is_dictionary(kind) else kind
+
+
+def _text_sizes(sizer: Any, group: int, columns: list[str], rows: int) -> Any:
+    """Each row's bytes of string and binary values in one row group, read as dictionaries (a value repeated
+    by many rows is held once), so nothing is expanded to measure it."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    sizes = pa.array([0] * batch.num_rows, type=pa.int64())
-    for column in batch.columns:
-        if pa.types.is_dictionary(column.type) and _is_text(column.type.value_type):
-            lengths = pc.take(pc.binary_length(column.dictionary).cast(pa.int64()), column.indices)
-        elif _is_text(column.type):
-            lengths = pc.binary_length(column).cast(pa.int64())
-        else:  # numbers, booleans: a few bytes a row; nested columns are expanded by Arrow as it reads them
-            continue
-        sizes = pc.add(sizes, pc.fill_null(lengths, 0))
-    return sizes.to_pylist()
+    sizes = pa.repeat(pa.scalar(0, pa.int64()), rows)
+    for name in columns:
+        column = sizer.read_row_group(group, columns=[name]).column(0)
+        lengths = []
+        for chunk in column.chunks:
+            if pa.types.is_dictionary(chunk.type):
+                lengths.append(pc.take(pc.binary_length(chunk.dictionary).cast(pa.int64()), chunk.indices))
+            else:
+                lengths.append(pc.binary_length(chunk).cast(pa.int64()))
+        merged = pa.concat_arrays(lengths) if lengths else pa.array([], type=pa.int64())
+        sizes = pc.add(sizes, pc.fill_null(merged, 0))
+    return sizes
 
 
 def _decode_row(row: dict[str, Any], json_columns: set[str], score_columns: set[str]) -> dict[str, Any]:
@@ -357,38 +362,39 @@ def iter_parquet(
 ) -> Iterator[dict[str, Any]]:
     """Yield the rows of a Parquet file, decoding the columns this module stored as JSON or scores.
 
-    With `max_bytes`, the read is bounded for files from strangers: string and binary columns stay
-    dictionary-encoded until their size is counted, a batch whose text would take the file past `max_bytes`
-    raises DataTooLarge before it is expanded, and rows are decoded a few MiB at a time, so a tiny file whose
-    one compressed value is repeated by a million rows costs no more memory than its limit."""
+    With `max_bytes`, the read is bounded for files from strangers: before a row group is decoded, its string
+    and binary columns are read as dictionaries to measure each row's text; a row group that would take the
+    file past `max_bytes` raises DataTooLarge before it is expanded, and rows are decoded at most `batch_size`
+    and about 8 MiB of text at a time. So a tiny file whose one compressed value is repeated by a million
+    rows costs no more memory than its values once. (Nested columns are expanded by Arrow as it reads them.)
+    """
     import pyarrow as pa
+    import pyarrow.compute as pc
 
     parquet = _parquet_file(path)
     metadata = parquet.schema_arrow.metadata or {}
     json_columns = set(json.loads(metadata.get(_META_JSON_COLUMNS, b"[]")))
     score_columns = set(json.loads(metadata.get(_META_SCORE_COLUMNS, b"[]")))
-    if max_bytes is not None:
-        parquet = _parquet_file(path, read_dictionary=_text_columns(parquet))
-    seen = 0
     try:
-        for batch in parquet.iter_batches(batch_size=batch_size):
-            if max_bytes is None:
+        if max_bytes is None:
+            for batch in parquet.iter_batches(batch_size=batch_size):
                 for row in batch.to_pylist():
                     yield _decode_row(row, json_columns, score_columns)
-                continue
-            sizes = _text_sizes(batch)
-            if seen + sum(sizes) > max_bytes:
+            return
+        text = [field.name for field in parquet.schema_arrow if _is_text(_value_type(field.type))]
+        sizer = _parquet_file(path, read_dictionary=text)
+        seen = 0
+        for group in range(parquet.metadata.num_row_groups):
+            rows = parquet.metadata.row_group(group).num_rows
+            sizes = _text_sizes(sizer, group, text, rows)
+            seen += pc.sum(sizes).as_py() or 0
+            if seen > max_bytes:
                 raise DataTooLarge(f"{path}: its rows hold more than {max_bytes} bytes of text")
-            seen += sum(sizes)
-            start = 0
-            while start < len(sizes):
-                end, taken = start + 1, sizes[start]
-                while end < len(sizes) and taken + sizes[end] <= _DECODE_BYTES:
-                    taken += sizes[end]
-                    end += 1
-                for row in batch.slice(start, end - start).to_pylist():
+            largest = pc.max(sizes).as_py() or 0
+            per_batch = max(1, min(batch_size, _DECODE_BYTES // max(1, largest)))
+            for batch in parquet.iter_batches(batch_size=per_batch, row_groups=[group]):
+                for row in batch.to_pylist():
                     yield _decode_row(row, json_columns, score_columns)
-                start = end
     except pa.ArrowException as exc:
         raise DataError(f"{path}: cannot read Parquet data ({exc})") from None
 

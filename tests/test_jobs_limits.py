@@ -72,22 +72,25 @@ def test_a_parquet_bomb_is_refused_before_it_is_expanded(tmp_path: Path):
     assert path.stat().st_size < 64 << 10
     rows, size = io.parquet_shape(path)
     assert rows == 2000 and size < 5 << 20  # the footer alone cannot tell: a value repeated counts once
-    # In a fresh process, so the Arrow memory pool's peak is this read's alone.
+    # In a fresh process, so that the peak of its memory is this read's alone.
     code = (
-        "import sys, pyarrow as pa\n"
+        "import resource, sys, pyarrow as pa\n"
         "from proctor import io\n"
+        "def peak(): return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024\n"
+        "before = peak()\n"
         "try:\n"
         "    for row in io.iter_parquet(sys.argv[1], batch_size=64, max_bytes=32 << 20): pass\n"
         "except io.DataTooLarge as exc: print('refused', exc)\n"
-        "print('peak', pa.default_memory_pool().max_memory())\n"
+        "print('grew', peak() - before, 'arrow', pa.default_memory_pool().max_memory())\n"
     )
     result = subprocess.run(
         [sys.executable, "-c", code, str(path)], cwd=REPO_ROOT, capture_output=True, text=True, timeout=120
     )
     assert result.returncode == 0, result.stderr
     assert "refused" in result.stdout and "more than 33554432 bytes" in result.stdout
-    peak = int(re.search(r"peak (\d+)", result.stdout).group(1))  # type: ignore[union-attr]
-    assert peak < 24 << 20, result.stdout  # one 64-row batch expanded would be 256 MiB
+    grew, arrow = map(int, re.search(r"grew (\d+) arrow (\d+)", result.stdout).groups())  # type: ignore[union-attr]
+    # One batch of 64 rows expanded would be 256 MiB; the value itself is 4 MiB.
+    assert grew < 48 << 20 and arrow < 24 << 20, result.stdout
 
 
 def test_the_bounded_reader_gives_the_rows_the_plain_reader_gives(tmp_path: Path, monkeypatch):
@@ -108,6 +111,23 @@ def test_the_bounded_reader_gives_the_rows_the_plain_reader_gives(tmp_path: Path
     assert list(io.iter_parquet(path, batch_size=7, max_bytes=1 << 30)) == rows
     with pytest.raises(io.DataTooLarge):
         list(io.iter_parquet(path, batch_size=64, max_bytes=5000))
+    small = bomb(tmp_path / "dictionary.parquet", rows=300, size=10)  # a schema of dictionary<string>
+    assert list(io.iter_parquet(small, batch_size=7, max_bytes=3000 + 300)) == list(io.iter_parquet(small))
+    with pytest.raises(io.DataTooLarge):
+        list(io.iter_parquet(small, batch_size=7, max_bytes=2999))
+
+
+def test_jsonl_rows_and_giant_lines_are_refused_before_they_are_read(tmp_path: Path):
+    path = tmp_path / "giant.jsonl"
+    path.write_text('{"id": 0}\n\n   \n{"response": "' + "x" * (3 << 20) + '"}\n')
+    with pytest.raises(JobError) as caught:
+        jobs.read_input(path, "jsonl", JobLimits(max_bytes=1 << 20), field="input_path")
+    assert caught.value.status == 413 and "PROCTOR_JOBS_MAX_BYTES" in caught.value.message
+    assert (
+        len(list(jobs.read_input(path, "jsonl", JobLimits(max_rows=2), field="file"))) == 2
+    )  # blanks skipped
+    with pytest.raises(JobError, match="PROCTOR_JOBS_MAX_ROWS"):
+        jobs.read_input(path, "jsonl", JobLimits(max_rows=1), field="file")
 
 
 # -- quotas through the real service -----------------------------------------------------------------------
