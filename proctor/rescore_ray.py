@@ -138,7 +138,15 @@ def proctor_environment(forward: Iterable[str] = ()) -> dict[str, str]:
     """The scoring settings of this process (SCORING_SETTINGS, those set), plus each variable named in
     `forward` (`--forward-env`, for the keys a judge needs); RescoreError for a name that is unset, malformed
     or in NEVER_SENT."""
+    forward = list(forward)
     env = {key: value for key, value in os.environ.items() if key in SCORING_SETTINGS}
+    for key, value in env.items():
+        if key not in forward and _holds_password(value):
+            raise RescoreError(
+                f"{key} holds a URL with a password, which Ray would show in its dashboard: set it on the "
+                f"cluster's nodes instead, or send it knowingly with --forward-env {key}",
+                2,
+            )
     for name in forward:
         if not _NAME.fullmatch(name):
             raise RescoreError(f"--forward-env {name!r}: not an environment variable name", 2)
@@ -148,6 +156,17 @@ def proctor_environment(forward: Iterable[str] = ()) -> dict[str, str]:
             raise RescoreError(f"--forward-env {name}: it is not set here", 2)
         env[name] = os.environ[name]
     return env
+
+
+def _holds_password(value: str) -> bool:
+    """Whether a setting (one URL, or a comma-separated list of them) carries user:password@ credentials."""
+    for piece in value.split(","):
+        try:
+            if urlsplit(piece.strip()).password:
+                return True
+        except ValueError:  # not a URL at all: nothing to leak through it
+            continue
+    return False
 
 
 def check_reachable(address: str, timeout: float = 10.0) -> None:

@@ -367,6 +367,14 @@ def test_forward_env_sends_the_named_keys_and_refuses_shared_state(monkeypatch):
         proctor_environment(["PROCTOR_NOT_SET_ANYWHERE"])
     with pytest.raises(RescoreError, match="not an environment variable name"):
         proctor_environment(["A=B"])
+    # An allowlisted URL with a password in it is a credential too: refused unless forwarded knowingly.
+    monkeypatch.setenv("PROCTOR_JUDGE_BASE_URL", "http://user:judge-pass@judge:8001/v1")
+    with pytest.raises(RescoreError, match="PROCTOR_JUDGE_BASE_URL holds a URL with a password"):
+        proctor_environment()
+    sent = proctor_environment(["PROCTOR_JUDGE_BASE_URL"])
+    assert sent == {"PROCTOR_JUDGE_BASE_URL": "http://user:judge-pass@judge:8001/v1"}
+    monkeypatch.setenv("PROCTOR_JUDGE_BASE_URL", "http://judge:8001/v1,http://user@other/v1")  # no password
+    assert proctor_environment()["PROCTOR_JUDGE_BASE_URL"].startswith("http://judge")
 
 
 def test_the_runtime_env_of_a_ray_run_holds_no_secret(tmp_path, monkeypatch):
