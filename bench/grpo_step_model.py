@@ -353,9 +353,9 @@ SETTLE_S = 0.3  # after a segment, let the work it set off in the background (re
 # code: K submissions of T1 tests, then of T2 tests, per round; Verilog: Q new problems' first designs, then k
 # more designs of each, per round.
 JUDGES: dict[str, dict[str, Any]] = {
-    "cpp:proctor": {"family": "code", "language": "cpp", "t1": 2, "t2": 50, "k": 3},
+    "cpp:proctor": {"family": "code", "language": "cpp", "t1": 2, "t2": 100, "k": 3},
     "cpp:sandboxfusion": {"family": "code", "language": "cpp", "t1": 1, "t2": 3, "k": 2},
-    "cpp:bare": {"family": "code", "language": "cpp", "t1": 2, "t2": 50, "k": 3},
+    "cpp:bare": {"family": "code", "language": "cpp", "t1": 2, "t2": 100, "k": 3},
     "python:proctor": {"family": "code", "language": "python", "t1": 2, "t2": 50, "k": 5},
     "python:sandboxfusion": {"family": "code", "language": "python", "t1": 2, "t2": 20, "k": 3},
     "python:bare": {"family": "code", "language": "python", "t1": 2, "t2": 20, "k": 3},
@@ -491,6 +491,10 @@ def code_rounds(judge: str, nonce: str, rounds: int) -> list[dict[str, Any]]:
     language = conf["language"]
     program = code.STDIO_CPP if language == "cpp" else code.STDIO_PY
     full = code.stdio_problem(language)
+    if len(full["tests"]["cases"]) < conf["t2"]:
+        raise SystemExit(
+            f"{judge}: T2 = {conf['t2']} tests, but the problem has {len(full['tests']['cases'])}"
+        )
 
     def reference(tests: int) -> dict[str, Any]:
         return dict(full, tests=dict(full["tests"], cases=full["tests"]["cases"][:tests]))
