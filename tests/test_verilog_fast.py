@@ -170,6 +170,9 @@ def test_problems_that_do_not_allow_the_fold():
     assert not fastgate.problem_allows("function f; endfunction\n" + tb, ref, "TopModule")
     assert not fastgate.problem_allows(tb, "localparam W = 4;\n" + ref, "TopModule")
     assert not fastgate.problem_allows(
+        tb.replace("wire tb_match;", "`define W 4\n  wire tb_match;"), ref, "TopModule"
+    )
+    assert not fastgate.problem_allows(
         tb.replace("TopModule top_module1", "TopModule #(4) top_module1"), ref, "TopModule"
     )
     assert not fastgate.problem_allows(

@@ -80,6 +80,8 @@ def _only_modules(text: str) -> bool:
             if depth < 0:
                 return False
             continue
+        if token.kind == "directive" and token.text not in TOP_LEVEL_DIRECTIVES:
+            return False  # a macro or `begin_keywords inside a module still carries into the next files
         if depth > 0:
             continue
         line = text.count("\n", 0, token.start)
