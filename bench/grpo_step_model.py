@@ -286,7 +286,7 @@ def assumptions(scale: Scale, verilog_scale: Scale) -> list[str]:
         "- Every sample is a distinct program (no cache hits) and is judged in full; code problems have no "
         "per-problem cost (stdio tests); compile cost is per submission (per test for SandboxFusion-style, which "
         "compiles in every test's fresh sandbox).",
-        "- Measured on the machine below, scored in-process (no HTTP or pool-worker hop); 2 shared cores say "
+        "- Measured on the machine named above, scored in-process (no HTTP or pool-worker hop); 2 shared cores say "
         "what each judge costs in CPU and how the judges compare, not how 64 concurrent jails contend in the "
         "kernel (namespace, mount and cgroup set-up) or for memory bandwidth: the efficiency stands in for that.",
     ]
