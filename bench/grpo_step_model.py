@@ -116,6 +116,8 @@ class Scale:
             raise ValueError("prompts, samples and cores must be at least 1, tests at least 0")
         if not 0.0 < self.efficiency <= 1.0:
             raise ValueError("efficiency must be in (0, 1]")
+        if self.memory_per_slot_mb is not None and not self.memory_per_slot_mb > 0:
+            raise ValueError("memory per slot must be positive")
 
 
 @dataclass(frozen=True)
@@ -865,14 +867,24 @@ def main() -> None:
     )
     parser.add_argument("--target-s", type=float, default=60.0, help="step judging time for the cores column")
     args = parser.parse_args()
-    scale = Scale(
-        args.prompts, args.samples, args.tests, args.cores, args.efficiency, args.memory_per_slot_mb
-    )
-    verilog_scale = Scale(
-        args.verilog_prompts, args.verilog_samples, 0, args.cores, args.efficiency, args.memory_per_slot_mb
-    )
+    try:  # before measuring: a bad flag must not cost two minutes of the shared machine first
+        scale = Scale(
+            args.prompts, args.samples, args.tests, args.cores, args.efficiency, args.memory_per_slot_mb
+        )
+        verilog_scale = Scale(
+            args.verilog_prompts,
+            args.verilog_samples,
+            0,
+            args.cores,
+            args.efficiency,
+            args.memory_per_slot_mb,
+        )
+    except ValueError as error:
+        parser.error(str(error))
     if args.rounds < 1:
         parser.error("--rounds must be at least 1")
+    if not args.target_s > 0:
+        parser.error("--target-s must be positive")
     if args.inputs is not None:
         measured = load_inputs(args.inputs.read_text())
     else:

@@ -152,6 +152,8 @@ def test_scale_refuses_what_the_model_cannot_mean() -> None:
             M.Scale(**bad)
     with pytest.raises(ValueError):
         M.Scale(efficiency=1.5)
+    with pytest.raises(ValueError):
+        M.Scale(memory_per_slot_mb=0.0)
 
 
 def measured() -> dict[str, object]:
