@@ -157,6 +157,10 @@ class CommandResult(BaseModel):
     stdout_truncated: bool = False
     stderr_truncated: bool = False
     detail: str = Field("", description="Why: which limit, which machinery failure.")
+    cpu_wait_s: float = Field(
+        0.0,
+        description="Time it spent waiting for a CPU (a loaded machine), where measured per command (warm).",
+    )
 
 
 class Result(BaseModel):

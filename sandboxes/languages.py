@@ -193,6 +193,16 @@ class Language:
         )
         return Command(argv=["/bin/sh", "-c", script], limits=limits, name="compile")
 
+    def compile_argv(self, source: str, limits: RunLimits | None = None) -> list[str] | None:
+        """The compiler's argv alone, when the compile is one plain command (no shell needed: C, C++, Java,
+        Rust), for a jail that already has out/ and gives HOME and TMPDIR; else None (use compile_command)."""
+        if self.compile_script is None:
+            return None
+        line = self.compile_script(self.file_name(source), limits or self.compile_limits)
+        if "\n" in line or any(char in line for char in "$;&|<>`(){}*?~#\\"):
+            return None
+        return shlex.split(line)
+
     def run_command(self, source: str, stdin: str, limits: RunLimits, name: str = "run") -> Command:
         """The command that runs the program (compiled or not) on one stdin."""
         argv = self.run_argv(self.file_name(source), source, limits.memory_mb)

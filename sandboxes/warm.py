@@ -780,6 +780,23 @@ class WarmPython:
         reply, result = self._request(request, limits or self.limits, name)
         return result
 
+    def make_dirs(self, names: Sequence[str]) -> str:
+        """Make empty folders in the jail's working directory (owned by the jail's user), before a step that
+        writes into them; the working directory's path inside the jail. OSError when the jail is gone."""
+        with self._lock:
+            jail = self._jail
+            root = jail.host_dir() if jail is not None else None
+            if jail is None or root is None:
+                raise OSError("the warm sandbox is gone")
+            for name in names:
+                folder = root / name
+                folder.mkdir(exist_ok=True)
+                if jail.slot.box is not None:
+                    from proctor.sandboxes.backends.nsjail import SANDBOX_ID
+
+                    os.lchown(folder, SANDBOX_ID, SANDBOX_ID)
+            return jail.cwd
+
     def kept_files(self, folder: str, max_bytes: int) -> list[File]:
         """The regular files under `folder` of the jail's working directory, read on the host (links and
         anything else are left out, and never followed), as files a fresh jail can be given; ValueError past
@@ -820,16 +837,18 @@ class WarmPython:
                 and _jail_limits(self._clamp(tests[index + len(group)].limits or self.limits)) == jail_limits
             ):
                 group.append(tests[index + len(group)])
-            ran = self._batch(group, stop_on_failure)
+            ran, idle = self._batch(group, stop_on_failure)
             results.extend(ran)
-            # A batch also ends early at a full disk or a broken server: the rest go on in a fresh jail.
-            if not ran or (stop_on_failure and ran[-1].verdict is not RunVerdict.ok):
+            # A batch also ends early at a full disk or a broken server: the rest go on in a fresh jail. Under
+            # stop_on_failure it ends at a test that sat idle longer than its CPU limit, and so does the list.
+            if not ran or idle or (stop_on_failure and ran[-1].verdict is not RunVerdict.ok):
                 break
             index += len(ran)
         return results
 
-    def _batch(self, tests: Sequence[BatchTest], stop_on_failure: bool) -> list[CommandResult]:
-        """One batch request, or one request per test where a batch cannot be used or judged."""
+    def _batch(self, tests: Sequence[BatchTest], stop_on_failure: bool) -> tuple[list[CommandResult], bool]:
+        """One batch request, or one request per test where a batch cannot be used or judged; and whether it
+        stopped at a test that sat idle longer than its CPU limit (stop_on_failure)."""
         with self._lock:
             ready = self._ensure()
             if isinstance(ready, CompileOutcome) or not self._trusted or len(tests) == 1:
@@ -841,15 +860,18 @@ class WarmPython:
             return batched
         results: list[CommandResult] = []
         for test in tests:
-            _, result = self._request(test.request(), test.limits or self.limits, test.name)
+            limits = self._clamp(test.limits or self.limits)
+            _, result = self._request(test.request(), limits, test.name)
             results.append(result)
             if stop_on_failure and result.verdict is not RunVerdict.ok:
                 break
-        return results
+            if stop_on_failure and result.wall_s - result.cpu_wait_s - result.cpu_s > limits.cpu_s:
+                return results, True
+        return results, False
 
     def _exchange_batch(
         self, jail: _Jail, tests: Sequence[BatchTest], stop_on_failure: bool
-    ) -> list[CommandResult] | None:
+    ) -> tuple[list[CommandResult], bool] | None:
         """Send `tests` as one batch to a trusted server and judge each reply as `_exchange` would; None when
         the batch must be run again one test at a time (an OOM kill in the jail, which no reply can be matched
         to, or a server lost mid-batch: its next request gets a fresh one)."""
@@ -916,6 +938,8 @@ class WarmPython:
                 False,
                 ran_before=jail.requests > 1 or position > 0,
             )
+            with contextlib.suppress(TypeError, ValueError):
+                result.cpu_wait_s = round(min(float(item.get("cpu_wait_s") or 0.0), result.wall_s), 6)
             what = str(item.get("full") or "")
             if budget is not None and what in ("bytes", "files"):
                 if result.verdict in (RunVerdict.ok, RunVerdict.runtime_error):
@@ -928,7 +952,7 @@ class WarmPython:
             jail.close()
         if not results:
             return None
-        return results
+        return results, bool(replies[len(results) - 1].get("idle"))
 
     def call(
         self,
@@ -1107,6 +1131,7 @@ class WarmPython:
         result = self._judge(
             reply, limits, name, wall, cpu_used, jail.oom_kills() > oom_before, ran_before=jail.requests > 1
         )
+        result.cpu_wait_s = round(min(waited, max(wall, result.wall_s)), 6)
         self._after_test(jail, reply, result)
         return reply, result
 

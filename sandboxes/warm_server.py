@@ -926,6 +926,16 @@ def run_batch(state, request):
             break  # the host replaces the jail: the rest of the tests go to a fresh one
         if request.get("stop_on_failure") and reply.get("verdict") != "ok":
             break
+        # A test that sat idle (sleeping, blocked) longer than its CPU limit also ends the batch when failures
+        # do: the caller counts such tests as it counts time limits, and stops a program that idles on each.
+        idle = (
+            float(reply.get("wall_s") or 0)
+            - float(reply.get("cpu_wait_s") or 0)
+            - float(reply.get("cpu_s") or 0)
+        )
+        if request.get("stop_on_failure") and idle > float(test.get("cpu_s", 2.0)):
+            reply["idle"] = True
+            break
     return {"results": results}
 
 

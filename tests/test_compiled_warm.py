@@ -127,6 +127,7 @@ int main(void) {
         printf("%ld\n", b);
     }
     else if (!strcmp(mode, "tamper")) { FILE *f = fopen("main.c", "a"); fputs("/* x */\n", f); fclose(f); puts("1"); }
+    else if (!strcmp(mode, "nap")) { usleep(a * 1000); puts("1"); }
     else if (!strcmp(mode, "crash")) abort();
     else if (!strcmp(mode, "spin")) for (;;) {}
     else if (!strcmp(mode, "fsize")) printf("%d\n", write_mb("huge", (int)a));
@@ -193,11 +194,7 @@ def test_a_submission_takes_a_ready_server_compiles_in_it_and_batches_its_tests(
         jail = server._jail
         assert jail is waiting  # the ready one, not a jail started for it
         box = jail.host_dir()
-        assert (
-            (box / "out" / "main").is_file()
-            and not (box / "out.tar").exists()
-            and not (box / ".tmp").exists()
-        )
+        assert (box / "out" / "main").is_file() and not (box / "out.tar").exists()  # built in place
         stdins = [f"add {i} {i * i}" for i in range(60)]
         results = program.run_many(stdins)
         assert [r.stdout for r in results] == [f"{i + i * i}\n" for i in range(60)]
@@ -232,10 +229,20 @@ def test_a_batch_gives_each_test_the_verdict_of_a_request_of_its_own(small: Nsja
 
 
 def test_a_batch_stops_at_the_first_failure_when_asked(small: NsjailBackend) -> None:
+    """And at a test that sat idle longer than its CPU limit (the code verifier counts those as it counts
+    time limits): what follows goes in the next batch, and each result carries its own wait for a CPU."""
     with Submission("c", PROGRAM, limits=LIMITS, backend=small) as program:
         assert program.compile().ok
-        results = program.run_many(["add 1 1", "crash", "add 2 2"], stop_on_failure=True)
-    assert [r.verdict for r in results] == [RunVerdict.ok, RunVerdict.runtime_error]
+        server = program.runner.server  # type: ignore[attr-defined]
+        failed = program.run_many(["add 1 1", "crash", "add 2 2"], stop_on_failure=True)
+        napped = program.run_batch(["add 1 1", "nap 1300", "add 2 2"], [LIMITS] * 3, stop_on_failure=True)
+        requests = server._jail.requests
+        every = program.run_batch(["add 1 1", "nap 1300", "add 2 2"], [LIMITS] * 3)
+        assert server._jail.requests == requests + 1  # without stop_on_failure: one batch, no stop
+    assert [r.verdict for r in failed] == [RunVerdict.ok, RunVerdict.runtime_error]
+    assert [r.stdout for r in napped] == ["2\n", "1\n"]
+    assert napped[1].wall_s - napped[1].cpu_wait_s > LIMITS.cpu_s
+    assert [r.stdout for r in every] == ["2\n", "1\n", "4\n"]
 
 
 @pytest.mark.parametrize("batched", [True, False], ids=["batch", "one-request-each"])

@@ -724,7 +724,14 @@ class Judge:
                     ]
                     own = self.budget.charge(began, sum(r.cpu_s for r in outputs))
                     for offset, judged in enumerate(judged_batch):
-                        alone = own if len(outputs) == 1 else None
+                        # A warm batch's tests each come with their own wait for a CPU (the jail's server
+                        # measures it), so each has its own time; a cold batch's do not.
+                        result = outputs[offset]
+                        alone = (
+                            own
+                            if len(outputs) == 1
+                            else (result.wall_s - result.cpu_wait_s if program.warm else None)
+                        )
                         run.results.append(self._judged(index + offset, judged, alone))
                         if self._stop_after(run.results):
                             return run
