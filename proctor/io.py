@@ -294,13 +294,18 @@ class DataTooLarge(DataError):
     """A data file that holds more than a reader was allowed to take (the message says which limit)."""
 
 
-def parquet_shape(path: str | os.PathLike[str]) -> tuple[int, int]:
-    """A Parquet file's row count and the size of its column data once decompressed, from the footer alone
-    (nothing is decompressed). Dictionary-encoded values count once however many rows repeat them, so the
-    size is a lower bound of what the rows expand to, never an upper one."""
+def parquet_shape(path: str | os.PathLike[str]) -> tuple[int, int, int]:
+    """A Parquet file's row count, the size of its column data once decompressed, and its leaf values (each
+    value, null or empty list of every column, nested ones included), from the footer alone: nothing is
+    decompressed. Dictionary-encoded values count once however many rows repeat them, so the size is a lower
+    bound of what the rows expand to, never an upper one; each leaf value takes at least a byte as JSON."""
     metadata = _parquet_file(path).metadata
-    size = sum(metadata.row_group(i).total_byte_size for i in range(metadata.num_row_groups))
-    return int(metadata.num_rows), int(size)
+    size = leaves = 0
+    for index in range(metadata.num_row_groups):
+        group = metadata.row_group(index)
+        size += group.total_byte_size
+        leaves += sum(group.column(column).num_values for column in range(group.num_columns))
+    return int(metadata.num_rows), int(size), int(leaves)
 
 
 # Rows of a bounded read are decoded in batches of at most this many bytes of text (or one row).
@@ -321,30 +326,57 @@ def _is_text(kind: Any) -> bool:
     )
 
 
-def _value_type(kind: Any) -> Any:
-    """A dictionary column's value type (a file written from dictionary arrays says so in its schema)."""
+def _holds_text(kind: Any) -> bool:
+    """Whether a column of this Arrow type has strings or binary anywhere inside (lists, structs, maps)."""
     import pyarrow as pa
 
-    return kind.value_type if pa.types.is_dictionary(kind) else kind
+    if pa.types.is_dictionary(kind):
+        return _holds_text(kind.value_type)
+    if _is_text(kind):
+        return True
+    return any(_holds_text(kind.field(i).type) for i in range(kind.num_fields))
+
+
+def _row_text(array: Any) -> Any:
+    """Each row's bytes of string and binary values, nested ones summed, as an int64 array; dictionary-encoded
+    values are measured in their dictionary, so nothing is expanded."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    kind = array.type
+    if pa.types.is_dictionary(kind) and _is_text(kind.value_type):
+        lengths = pc.take(pc.binary_length(array.dictionary).cast(pa.int64()), array.indices)
+        return pc.fill_null(lengths, 0)
+    if _is_text(kind):
+        return pc.fill_null(pc.binary_length(array).cast(pa.int64()), 0)
+    if pa.types.is_struct(kind):
+        sizes = pa.repeat(pa.scalar(0, pa.int64()), len(array))
+        for field in array.flatten():
+            sizes = pc.add(sizes, _row_text(field))
+        return sizes
+    if pa.types.is_list(kind) or pa.types.is_large_list(kind) or pa.types.is_fixed_size_list(kind):
+        # A row's text is the sum over its elements: differences of a running total at the rows' ends.
+        inner = _row_text(array.flatten())
+        lengths = pc.fill_null(pc.list_value_length(array).cast(pa.int64()), 0)
+        ends = pc.cumulative_sum(lengths)
+        starts = pc.subtract(ends, lengths)
+        running = pa.concat_arrays([pa.array([0], pa.int64()), pc.cumulative_sum(inner).cast(pa.int64())])
+        return pc.subtract(pc.take(running, ends), pc.take(running, starts))
+    return pa.repeat(pa.scalar(0, pa.int64()), len(array))  # numbers, booleans, ...
 
 
 def _text_sizes(sizer: Any, group: int, columns: list[str], rows: int) -> Any:
-    """Each row's bytes of string and binary values in one row group, read as dictionaries (a value repeated
-    by many rows is held once), so nothing is expanded to measure it."""
+    """Each row's bytes of text in one row group, its columns read with every string leaf as a dictionary
+    (a value repeated by many rows is held once), so nothing is expanded to measure it."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
     sizes = pa.repeat(pa.scalar(0, pa.int64()), rows)
     for name in columns:
         column = sizer.read_row_group(group, columns=[name]).column(0)
-        lengths = []
-        for chunk in column.chunks:
-            if pa.types.is_dictionary(chunk.type):
-                lengths.append(pc.take(pc.binary_length(chunk.dictionary).cast(pa.int64()), chunk.indices))
-            else:
-                lengths.append(pc.binary_length(chunk).cast(pa.int64()))
-        merged = pa.concat_arrays(lengths) if lengths else pa.array([], type=pa.int64())
-        sizes = pc.add(sizes, pc.fill_null(merged, 0))
+        parts = [_row_text(chunk) for chunk in column.chunks]
+        merged = pa.concat_arrays(parts) if parts else pa.array([], type=pa.int64())
+        sizes = pc.add(sizes, merged)
     return sizes
 
 
@@ -366,7 +398,8 @@ def iter_parquet(
     and binary columns are read as dictionaries to measure each row's text; a row group that would take the
     file past `max_bytes` raises DataTooLarge before it is expanded, and rows are decoded at most `batch_size`
     and about 8 MiB of text at a time. So a tiny file whose one compressed value is repeated by a million
-    rows costs no more memory than its values once. (Nested columns are expanded by Arrow as it reads them.)
+    rows, at the top level or inside lists and structs, costs no more memory than its values once. (Numbers
+    in lists are expanded as read: `parquet_shape` counts them, for a caller to bound beforehand.)
     """
     import pyarrow as pa
     import pyarrow.compute as pc
@@ -381,8 +414,14 @@ def iter_parquet(
                 for row in batch.to_pylist():
                     yield _decode_row(row, json_columns, score_columns)
             return
-        text = [field.name for field in parquet.schema_arrow if _is_text(_value_type(field.type))]
-        sizer = _parquet_file(path, read_dictionary=text)
+        text = [field.name for field in parquet.schema_arrow if _holds_text(field.type)]
+        leaves = parquet.schema  # every string leaf, nested ones by their dotted path, read as a dictionary
+        strings = [
+            leaves.column(i).path
+            for i in range(len(leaves))
+            if leaves.column(i).physical_type == "BYTE_ARRAY"
+        ]
+        sizer = _parquet_file(path, read_dictionary=strings)
         seen = 0
         for group in range(parquet.metadata.num_row_groups):
             rows = parquet.metadata.row_group(group).num_rows

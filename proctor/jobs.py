@@ -141,16 +141,17 @@ def read_input(
     path: str | os.PathLike[str], kind: str, limits: JobLimits, *, field: str
 ) -> Iterator[dict[str, Any]]:
     """The rows of a job's input file, read within `limits`: a Parquet file's footer is checked before
-    anything is decompressed (its row count, and the size of its data once decompressed), and it is read a
+    anything is decompressed (its row count, the size of its data once decompressed, and its count of leaf
+    values, which bounds what lists of numbers expand to), and it is read a
     few rows at a time with its text measured before it is expanded (`io.iter_parquet`). `kind` is the
     format (`jsonl` or `parquet`); a footer that cannot be read is an io.DataError."""
     if kind == "jsonl":
         _scan_jsonl(path, limits, field)
         return io.iter_jsonl(path)
-    rows, size = io.parquet_shape(path)
+    rows, size, leaves = io.parquet_shape(path)
     if rows > limits.max_rows:
         raise limits.too_many_rows(field)
-    if size > limits.max_bytes:
+    if size > limits.max_bytes or leaves > limits.max_bytes:  # each leaf value is at least a byte of JSON
         raise limits.too_many_bytes(field)
     return io.iter_parquet(path, batch_size=PARQUET_BATCH_ROWS, max_bytes=limits.max_bytes)
 

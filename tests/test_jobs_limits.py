@@ -48,6 +48,16 @@ def bomb(path: Path, rows: int, size: int) -> Path:
     return path
 
 
+def nested_bomb(path: Path, rows: int, per_row: int, size: int) -> Path:
+    """Like `bomb`, with the value repeated `per_row` times inside each row's list (list<string>)."""
+    values = pa.DictionaryArray.from_arrays(
+        pa.array([0] * (rows * per_row), type=pa.int32()), pa.array(["x" * size])
+    )
+    offsets = pa.array(range(0, rows * per_row + 1, per_row), type=pa.int32())
+    pq.write_table(pa.table({"tags": pa.ListArray.from_arrays(offsets, values)}), path, compression="zstd")
+    return path
+
+
 def text_rows(count: int, pad: int = 0) -> list[dict[str, Any]]:
     return [
         {"id": i, "verifier": "text.match", "response": f"a{i}" + " " * pad, "reference": f"a{i % 2}"}
@@ -67,11 +77,16 @@ def table_counts(db: Engine) -> tuple[int, int, int]:
 # -- the bounded Parquet reader ----------------------------------------------------------------------------
 
 
-def test_a_parquet_bomb_is_refused_before_it_is_expanded(tmp_path: Path):
-    path = bomb(tmp_path / "bomb.parquet", rows=2000, size=4 << 20)  # 8 GB of rows in a file of a few KB
-    assert path.stat().st_size < 64 << 10
-    rows, size = io.parquet_shape(path)
-    assert rows == 2000 and size < 5 << 20  # the footer alone cannot tell: a value repeated counts once
+@pytest.mark.parametrize("nested", [False, True], ids=["column", "inside-lists"])
+def test_a_parquet_bomb_is_refused_before_it_is_expanded(tmp_path: Path, nested: bool):
+    if nested:  # 200 rows of lists of 10 references to one 4 MiB value
+        path = nested_bomb(tmp_path / "bomb.parquet", rows=200, per_row=10, size=4 << 20)
+    else:  # 2,000 rows of one 4 MiB value
+        path = bomb(tmp_path / "bomb.parquet", rows=2000, size=4 << 20)
+    assert path.stat().st_size < 64 << 10  # 8 GB of rows in a file of a few KB
+    rows, size, leaves = io.parquet_shape(path)
+    # The footer alone cannot tell: a value repeated counts once.
+    assert (rows, leaves) == ((200, 2000) if nested else (2000, 4000)) and size < 5 << 20
     # In a fresh process, so that the peak of its memory is this read's alone.
     code = (
         "import resource, sys, pyarrow as pa\n"
@@ -89,7 +104,7 @@ def test_a_parquet_bomb_is_refused_before_it_is_expanded(tmp_path: Path):
     assert result.returncode == 0, result.stderr
     assert "refused" in result.stdout and "more than 33554432 bytes" in result.stdout
     grew, arrow = map(int, re.search(r"grew (\d+) arrow (\d+)", result.stdout).groups())  # type: ignore[union-attr]
-    # One batch of 64 rows expanded would be 256 MiB; the value itself is 4 MiB.
+    # One batch of 64 rows expanded would be 256 MiB (2.5 GiB nested); the value itself is 4 MiB.
     assert grew < 48 << 20 and arrow < 24 << 20, result.stdout
 
 
@@ -111,6 +126,17 @@ def test_the_bounded_reader_gives_the_rows_the_plain_reader_gives(tmp_path: Path
     assert list(io.iter_parquet(path, batch_size=7, max_bytes=1 << 30)) == rows
     with pytest.raises(io.DataTooLarge):
         list(io.iter_parquet(path, batch_size=64, max_bytes=5000))
+    nested = [
+        {"id": i, "tags": [f"t{i}", None, "x" * i], "chat": [{"role": "u", "content": "c" * i}] if i % 3 else None,
+         "m": {"a": [1, 2], "b": "s" * i}}
+        for i in range(200)
+    ]  # fmt: skip
+    text = sum(len(f"t{i}") + 2 * i + (1 + i if i % 3 else 0) for i in range(200))  # every string's bytes
+    path = tmp_path / "nested.parquet"
+    io.write_parquet(path, nested)
+    assert list(io.iter_parquet(path, batch_size=7, max_bytes=text)) == nested  # measured exactly...
+    with pytest.raises(io.DataTooLarge):
+        list(io.iter_parquet(path, batch_size=7, max_bytes=text - 1))  # ...nested strings included
     small = bomb(tmp_path / "dictionary.parquet", rows=300, size=10)  # a schema of dictionary<string>
     assert list(io.iter_parquet(small, batch_size=7, max_bytes=3000 + 300)) == list(io.iter_parquet(small))
     with pytest.raises(io.DataTooLarge):
