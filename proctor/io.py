@@ -300,12 +300,14 @@ def parquet_shape(path: str | os.PathLike[str]) -> tuple[int, int, int]:
     decompressed. Dictionary-encoded values count once however many rows repeat them, so the size is a lower
     bound of what the rows expand to, never an upper one; each leaf value takes at least a byte as JSON."""
     metadata = _parquet_file(path).metadata
-    size = leaves = 0
+    rows = size = leaves = 0
     for index in range(metadata.num_row_groups):
         group = metadata.row_group(index)
+        rows += group.num_rows
         size += group.total_byte_size
         leaves += sum(group.column(column).num_values for column in range(group.num_columns))
-    return int(metadata.num_rows), int(size), int(leaves)
+    # The file's count and its groups' are written separately: a crafted footer may make them disagree.
+    return max(int(metadata.num_rows), int(rows)), int(size), int(leaves)
 
 
 # Rows of a bounded read are decoded in batches of at most this many bytes of text (or one row).
@@ -365,18 +367,19 @@ def _row_text(array: Any) -> Any:
     return pa.repeat(pa.scalar(0, pa.int64()), len(array))  # numbers, booleans, ...
 
 
-def _text_sizes(sizer: Any, group: int, columns: list[str], rows: int) -> Any:
-    """Each row's bytes of text in one row group, its columns read with every string leaf as a dictionary
-    (a value repeated by many rows is held once), so nothing is expanded to measure it."""
+def _text_sizes(sizer: Any, group: int, columns: list[str]) -> Any:
+    """Each row's bytes of text in one row group (None when it has no text column), its columns read with every
+    string leaf as a dictionary (a value repeated by many rows is held once), so nothing is expanded to
+    measure it."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    sizes = pa.repeat(pa.scalar(0, pa.int64()), rows)
+    sizes = None
     for name in columns:
         column = sizer.read_row_group(group, columns=[name]).column(0)
         parts = [_row_text(chunk) for chunk in column.chunks]
         merged = pa.concat_arrays(parts) if parts else pa.array([], type=pa.int64())
-        sizes = pc.add(sizes, merged)
+        sizes = merged if sizes is None else pc.add(sizes, merged)  # columns of unequal length: ArrowInvalid
     return sizes
 
 
@@ -424,12 +427,11 @@ def iter_parquet(
         sizer = _parquet_file(path, read_dictionary=strings)
         seen = 0
         for group in range(parquet.metadata.num_row_groups):
-            rows = parquet.metadata.row_group(group).num_rows
-            sizes = _text_sizes(sizer, group, text, rows)
-            seen += pc.sum(sizes).as_py() or 0
+            sizes = _text_sizes(sizer, group, text)
+            seen += 0 if sizes is None else pc.sum(sizes).as_py() or 0
             if seen > max_bytes:
                 raise DataTooLarge(f"{path}: its rows hold more than {max_bytes} bytes of text")
-            largest = pc.max(sizes).as_py() or 0
+            largest = 0 if sizes is None else pc.max(sizes).as_py() or 0
             per_batch = max(1, min(batch_size, _DECODE_BYTES // max(1, largest)))
             for batch in parquet.iter_batches(batch_size=per_batch, row_groups=[group]):
                 for row in batch.to_pylist():
