@@ -15,8 +15,9 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 VERSION_TABLE = "proctor_alembic_version"
 """Where Alembic keeps the schema revision (not `alembic_version`, which a shared database may already use)."""
 
-JOB_STATUSES = ("queued", "running", "done", "failed", "cancelled")
-"""Every status a job can have; queued and running are the unfinished ones."""
+JOB_STATUSES = ("ingesting", "queued", "running", "done", "failed", "cancelled", "deleting")
+"""Every status a job can have; queued and running are the unfinished ones; ingesting (its rows are being
+stored) and deleting (the sweep is removing it) are never shown by the API."""
 
 # SQLite makes only an INTEGER PRIMARY KEY an auto-incrementing row id; PostgreSQL gets a bigint.
 _AuditId = BigInteger().with_variant(Integer(), "sqlite")
