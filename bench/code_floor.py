@@ -2,8 +2,9 @@
 
 Run with `.venv/bin/python bench/code_floor.py` (`--rounds N`, `--tests N`, `--languages c cpp`). Each round, for
 each language, makes 5 distinct programs (5 kinds of task, a constant that changes every round, so nothing is
-reused between programs or rounds) with their stdio tests, and judges them one at a time in three ways, one
-after another in the same round:
+reused between programs or rounds) with their stdio tests, and judges them one at a time in three ways,
+program by program, one way after another in an order that turns with each program (so a burst of load from
+other work falls on all three alike):
 
 - bare: what a user would write in a plain script, unsandboxed: write the source, `gcc`/`g++` with the flags the
   sandbox uses, then one `subprocess.run` of the binary per test on its stdin, output compared by whitespace
@@ -266,23 +267,30 @@ def main() -> None:
         for round_index in range(args.rounds):
             for language in args.languages:
                 programs = make_programs(language, round_index, args.tests)
-                began = time.perf_counter()
-                for program in programs:
-                    if not bare(language, program, stages if language == "c" else None):
-                        wrong.append(f"bare {language} {program['kind']}")
-                times.setdefault((language, "bare"), []).append(time.perf_counter() - began)
-                began = time.perf_counter()
-                for program in programs:
-                    score = engine.score(request(language, program))
-                    if score.status != "ok" or score.reward != 1.0:
-                        wrong.append(f"in-process {language} {program['kind']}: {score.reason}")
-                times.setdefault((language, "in-process"), []).append(time.perf_counter() - began)
-                began = time.perf_counter()
-                for program in programs:
-                    body = client.post("/v1/score", json=request(language, program)).json()
-                    if body.get("status") != "ok" or body.get("reward") != 1.0:
-                        wrong.append(f"service {language} {program['kind']}: {body.get('reason')}")
-                times.setdefault((language, "service"), []).append(time.perf_counter() - began)
+                spent = {"bare": 0.0, "in-process": 0.0, "service": 0.0}
+                # Program by program, the three ways one after another, in an order that turns each time:
+                # a burst of load from others falls on all three alike.
+                for position, program in enumerate(programs):
+                    ways = ["bare", "in-process", "service"]
+                    shift = (round_index + position) % 3
+                    for way in ways[shift:] + ways[:shift]:
+                        began = time.perf_counter()
+                        if way == "bare":
+                            ok = bare(language, program, stages if language == "c" else None)
+                            reason = ""
+                        elif way == "in-process":
+                            score = engine.score(request(language, program))
+                            ok = score.status == "ok" and score.reward == 1.0
+                            reason = score.reason
+                        else:
+                            body = client.post("/v1/score", json=request(language, program)).json()
+                            ok = body.get("status") == "ok" and body.get("reward") == 1.0
+                            reason = str(body.get("reason"))
+                        spent[way] += time.perf_counter() - began
+                        if not ok:
+                            wrong.append(f"{way} {language} {program['kind']}: {reason}")
+                for way, seconds in spent.items():
+                    times.setdefault((language, way), []).append(seconds)
                 if language == "c":
                     for program in programs:
                         if not staged(language, program, backend, stages):

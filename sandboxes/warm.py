@@ -434,6 +434,9 @@ def _server_files(source: str) -> list[File]:
     return [File(path="main.py", content=source), File(path=SERVER_FILE, content=server)]
 
 
+_POOL_CEILING = _ceiling(LOAD_LIMITS)  # the rlimits a ready server's jail starts with
+
+
 def _start_exec_server(backend: Backend) -> _Jail | None:
     """A jail whose trusted server (stdio mode, no program: it runs no candidate code) is up and has said it is
     the jail's init and not dumpable; None when it did not come up so (the caller starts its own and reports)."""
@@ -442,7 +445,7 @@ def _start_exec_server(backend: Backend) -> _Jail | None:
     env = {**BASE_ENV, **get_language("python").env(limits.memory_mb)}
     argv = [PYTHON, "-I", SERVER_FILE, "stdio", "main.py"]
     started = time.monotonic()
-    jail = _Jail(backend, _server_files(""), argv, env, limits, _ceiling(limits))
+    jail = _Jail(backend, _server_files(""), argv, env, limits, _highest(_POOL_CEILING, limits))
     cpu_before = jail.cpu_s()
     cap = None if cpu_before is None else cpu_before + limits.cpu_s
     try:
@@ -652,8 +655,10 @@ class WarmPython:
     def _take_ready(self) -> bool:
         """Adopt a server started ahead of time (an exec server: stdio mode, no program) with this
         submission's files written into its jail; False when none is ready or the files do not go in."""
-        if self.mode != "stdio" or self.source:
+        if self.mode != "stdio" or self.source or self._raised is not None:
             return False
+        if _jail_limits(_highest(self._clamp(self.limits), _POOL_CEILING)) != _jail_limits(_POOL_CEILING):
+            return False  # tests that want more than a ready jail's rlimits: a jail started with them
         pool = ready_servers(self.backend)
         jail = pool.take() if pool is not None else None
         if jail is None or jail.slot.box is None:

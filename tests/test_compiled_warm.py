@@ -334,3 +334,21 @@ def test_the_code_verifier_scores_compiled_programs_through_the_warm_path() -> N
     wrong = PROGRAM.replace('printf("%ld\\n", a + b)', 'printf("%ld\\n", a + b + (a == 7))')
     partly = verifier.SPEC.score(f"```c\n{wrong}\n```", reference, options)
     assert partly.status is Status.ok and partly.reward == pytest.approx(29 / 30), partly.details
+
+
+def test_rlimits_only_come_down_so_a_request_for_more_gets_a_fresh_jail(small: NsjailBackend) -> None:
+    """The host may not raise a hard rlimit it lowered (no CAP_SYS_RESOURCE needed): tests asking for more than a
+    ready jail starts with get a jail started with it, and a later request for more than an earlier one gets a
+    fresh jail; each one's limit is the one it asked for."""
+    wide = LIMITS.model_copy(update={"open_files": 4096})
+    with Submission("c", PROGRAM, limits=wide, backend=small) as program:
+        assert program.compile().ok
+        assert program.run("add 1 2").stdout == "3\n"
+    ulimit = ["/bin/sh", "-c", "ulimit -n"]
+    with WarmPython("", limits=LIMITS, backend=small) as jail:
+        assert jail.start().ok
+        low = jail.execute(ulimit, BASE_ENV, limits=LIMITS.model_copy(update={"open_files": 100}))
+        first = jail._jail
+        high = jail.execute(ulimit, BASE_ENV, limits=LIMITS.model_copy(update={"open_files": 2000}))
+        assert jail._jail is not first
+    assert (low.stdout, high.stdout) == ("100\n", "2000\n"), (low, high)
