@@ -101,8 +101,6 @@ IVERILOG = "/usr/bin/iverilog"
 VVP = "/usr/bin/vvp"
 YOSYS = "/usr/bin/yosys"
 YOSYS_ABC = "/usr/bin/yosys-abc"
-SH = "/bin/sh"
-GREP = "/usr/bin/grep"
 MIB = 1024 * 1024
 MAX_SOURCE = 1 * MIB
 TOOL_LIMITS = RunLimits(cpu_s=20.0, memory_mb=1024, processes=16, output_bytes=4 * MIB, file_size_mb=64)
@@ -861,15 +859,13 @@ def folded_testbench(
     gated = Gated(rename(source, names, CAND_PREFIX), "", top, bool(info.sequential))
     secret = new_secret()
     job = simulation_job(["testbench"], reference, info, gated, options, secret)
-    name, argv, limits = job.commands[0]
-    # the compile prints the compiled design's scopes and ports (what the gate's lone elaboration read)
-    scopes = f'"$0" "$@" && exec {GREP} -E "^S_|^ *[.]port_info " tb.vvp'
-    job.commands[0] = (name, [SH, "-c", scopes, *argv], limits)
-    result = run_job(job.files, job.commands)
+    # the compiled design's scopes and ports: what the gate's lone elaboration read
+    result = run_job(job.files, job.commands, fetch=("tb.vvp",))
     compiled = command(result, "tb_compile")
-    if compiled is None or compiled.verdict is not RunVerdict.ok:
+    design = fetched(result, "tb.vvp")
+    if compiled is None or compiled.verdict is not RunVerdict.ok or design is None:
         return None  # the gate says which: compile_error or interface_mismatch
-    if not fastgate.check_compiled(compiled.stdout, top, CAND_PREFIX, info.ports):
+    if not fastgate.check_compiled(design, top, CAND_PREFIX, info.ports):
         return None
     return _testbench_check(result, secret, info)
 
