@@ -186,7 +186,8 @@ class _Jail:
         runner = getattr(backend, "runner", None)
         if runner is None or not hasattr(runner, "slots"):
             raise RuntimeError(f"backend {backend.name!r} has no warm slots for the warm-start mode")
-        self.slot = runner.slots.take()
+        self.pool = runner.slots
+        self.slot = self.pool.take()
         self.workdir: Any = None
         self.group = self.slot.group
         self.limited: tuple[int, int, int, int] | None = None
@@ -368,8 +369,9 @@ class _Jail:
         return self.side.decode("utf-8", "replace")
 
     def close(self) -> None:
-        """Kill the jail and remove its files."""
-        self.slot.discard()
+        """Kill the jail now; its cgroup, mounts and files are removed off the request path (the slot pool's
+        thread), as a job's slot is."""
+        self.pool.release(self.slot)
         if self.workdir is not None:
             self.workdir.remove()
 
