@@ -5,6 +5,7 @@ the state a fresh one has."""
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 from pathlib import Path
@@ -323,3 +324,24 @@ def test_a_forked_child_does_not_share_the_parents_warm_jails():
     os.close(read)
     again = jails.POOL.run(backend, Job(commands=[sh("echo still")]))
     assert again is not None and again.commands[0].stdout == "still\n"
+
+
+@pytest.mark.skipif(not jails._HOST_READS, reason="the sandbox reads no files on the host")
+def test_a_job_whose_files_vanish_is_never_read_as_missing_output():
+    # Read back on the host, a job directory without the job's own files means the jail was replaced under
+    # the job: a machinery failure (the job goes to a fresh jail, then cold), never "the tool wrote nothing".
+    pool = jails.JailPool(max_idle=1)
+    backend = resolve_backend(None)
+    try:
+        job = Job(
+            files=[File(path="in.v", content="x")],
+            commands=[sh("echo out > out.txt; rm -f in.v")],
+            fetch=["out.txt"],
+            keep_going=True,
+        )
+        assert pool.run(backend, job) is None
+        kept = Job(files=job.files, commands=[sh("echo out > out.txt")], fetch=["out.txt"], keep_going=True)
+        result = pool.run(backend, kept)
+        assert result is not None and base64.b64decode(result.files["out.txt"]) == b"out\n"
+    finally:
+        pool.close()
