@@ -2,7 +2,8 @@
 turns the rest away with 429.
 
 Two lanes, so cheap work never waits behind expensive work: `inline` for requests the engine scores on the event
-loop (an inline verifier on a response within `inline_max_chars`, e.g. `text.match`: a fraction of a millisecond)
+loop (an inline verifier whose response, reference and options together are within `inline_max_chars`, e.g.
+`text.match`: a fraction of a millisecond)
 and `pool` for everything else (pool verifiers such as `code` and `math`, sandboxes, async judges, sessions, task
 generation). With one shared lane, 120 clients sending code held every slot and a `text.match` request waited
 seconds for one; now it takes an `inline` slot, which pool work never holds.
@@ -11,7 +12,7 @@ seconds for one; now it takes an `inline` slot, which pool work never holds.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -120,16 +121,24 @@ def lane_of(engine: Engine, item: Prepared) -> Lane:
     return INLINE if engine.runs_inline(item) else POOL
 
 
-def lane_of_requests(engine: Engine, requests: Iterable[Any]) -> Lane:
+BATCH_SIZING_PER_ITEM = 256
+"""Structure (`proctor.engine.Size.structure`) a batch may hold per item, above one item's inline_max_chars,
+and still be sized for the inline lane: its lane is chosen on the event loop, so a batch of many mid-sized
+references stops being walked and takes the pool lane (a plain text.match item holds about 60)."""
+
+
+def lane_of_requests(engine: Engine, requests: Sequence[Any]) -> Lane:
     """The lane of a batch of raw score requests: `pool` if any item may run in the pool (or is not plain).
 
-    Read from each item's verifier and response size without preparing it (the batch prepares its items on a
-    thread, inside its slot); an item naming no known verifier is an item error, which costs nothing."""
+    Read from each item's verifier and size (response, reference and options, as `Engine.runs_inline` counts
+    them) without preparing it (the batch prepares its items on a thread, inside its slot); an item naming no
+    known verifier is an item error, which costs nothing."""
     # Imported here: the engine module pulls in the registry, and this module is imported by the app's errors.
-    from proctor.engine import is_async
+    from proctor.engine import is_async, request_size
     from proctor.registry import get_verifier
 
     limit = engine.settings.inline_max_chars
+    budget = limit + BATCH_SIZING_PER_ITEM * len(requests)
     for request in requests:
         if not isinstance(request, dict):
             continue  # an item error
@@ -140,20 +149,18 @@ def lane_of_requests(engine: Engine, requests: Iterable[Any]) -> Lane:
             spec = get_verifier(name)
         except RequestError:
             continue  # an item error
-        if spec.execution != "inline" or is_async(spec) or _size(request.get("response")) > limit:
+        if spec.execution != "inline" or is_async(spec):
+            return POOL
+        size = request_size(request, limit)
+        budget -= size.structure
+        if size.total > limit or budget < 0 or not _plain(request.get("response")):
             return POOL
     return INLINE
 
 
-def _size(response: Any) -> int:
-    """Characters of response text as `Prepared.size` counts them; anything else counts as too large."""
+def _plain(response: Any) -> bool:
+    """Whether a response is text or a transcript of message objects; anything else is an item error that the
+    pool lane takes, as it is not trusted to be cheap."""
     if isinstance(response, str):
-        return len(response)
-    if isinstance(response, list):
-        total = 0
-        for message in response:
-            if not isinstance(message, dict):
-                return 1 << 62  # not a transcript: let the pool lane take it
-            total += len(str(message.get("content") or ""))
-        return total
-    return 1 << 62
+        return True
+    return isinstance(response, list) and all(isinstance(message, dict) for message in response)

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import hashlib
+import hmac
 import json
 import logging
+import re
+import sys
 import threading
 from collections import OrderedDict
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
@@ -13,6 +16,7 @@ from proctor.contract import Score, Status
 
 if TYPE_CHECKING:  # the redis library is imported only by a service configured to use it
     from proctor.redis_backend import SharedRedis
+    from proctor.settings import Settings
 
 log = logging.getLogger(__name__)
 
@@ -91,46 +95,179 @@ class NullCache:
         """Keeps nothing."""
 
 
-class TieredCache:
-    """The in-process cache first, then the result cache replicas share in Redis (`PROCTOR_REDIS_URL`).
+SCORING_SETTINGS = (
+    "judge_base_url",
+    "judge_model",
+    "embeddings_base_url",
+    "embeddings_model",
+    "sandbox_backend",
+    "sandbox_max_memory_mb",
+    "sandbox_max_cpu_s",
+    "sandbox_max_files",
+    "sandbox_max_disk_mb",
+    "sql_databases",
+    "sql_postgres",
+)
+"""Server settings a verdict can depend on; with proctor's version and the plugin list they name the shared
+cache's namespace, so a replica configured (or built) differently never serves another's scores."""
 
-    `put` writes through to Redis at once (the engine calls it before the response is sent), so another
-    replica sees the score as soon as this one answers. Entries live `ttl_s` in Redis. When Redis is down,
-    look-ups and writes go on with the local cache alone; nothing is raised.
+
+def scoring_namespace(settings: Settings) -> str:
+    """A short hash of proctor's version, the scoring-relevant settings and the plugins: the shared key's prefix."""
+    # The package is loaded before any of its modules; read its version without importing it from here
+    # (proctor/__init__ pulls in the environments, which this layer must not depend on).
+    version = getattr(sys.modules.get("proctor"), "__version__", "unknown")
+    plugins = sorted(name.strip() for name in settings.plugins.split(",") if name.strip())
+    payload = json.dumps(
+        {
+            "version": version,
+            "plugins": plugins,
+            **{name: _without_passwords(getattr(settings, name)) for name in SCORING_SETTINGS},
+        },
+        sort_keys=True,
+        default=str,
+    )
+    return hashlib.blake2b(payload.encode(), digest_size=6).hexdigest()
+
+
+_PASSWORD = re.compile(r"(://[^:/@\s\"]*):[^@\s\"]*@")
+
+
+def _without_passwords(value: Any) -> Any:
+    """A setting with the passwords of the URLs in it removed: the namespace is readable in Redis's key names,
+    and a short hash over a known configuration would confirm a guessed password."""
+    return _PASSWORD.sub(r"\1@", value) if isinstance(value, str) else value
+
+
+_SECRET_LABEL = b"proctor shared result cache v1"
+UNSIGNED = b"-"
+"""The MAC field of an entry written without a secret (a replica holding a secret refuses it)."""
+
+
+def cache_secret(settings: Settings) -> bytes | None:
+    """The key that signs shared entries: derived from PROCTOR_CACHE_SECRET, else PROCTOR_TOKEN, else None.
+
+    Derived (an HMAC of a fixed label) so an entry's MAC says nothing usable about the token itself."""
+    material = settings.cache_secret or settings.token
+    if not material:
+        return None
+    return hmac.new(material.encode("utf-8"), _SECRET_LABEL, hashlib.sha256).digest()
+
+
+class CacheSigner:
+    """Seals values other replicas will read from Redis: `<hex HMAC-SHA256 of key and value>\n<value>`.
+
+    The MAC covers the full Redis key too, so a genuine entry copied under another key (another response,
+    another namespace) fails. Without a secret entries are written unsigned and every well-formed one is
+    accepted: anyone who can write to Redis can then plant scores (the service warns at start-up).
     """
 
-    def __init__(self, local: ResultCache, shared: SharedRedis, ttl_s: int):
+    def __init__(self, secret: bytes | None):
+        self._secret = secret
+
+    @property
+    def signs(self) -> bool:
+        """Whether entries are signed and checked (a secret is configured)."""
+        return self._secret is not None
+
+    def _mac(self, key: str, value: bytes) -> bytes:
+        assert self._secret is not None
+        digest = hmac.new(self._secret, key.encode("utf-8", "surrogatepass"), hashlib.sha256)
+        digest.update(b"\0")
+        digest.update(value)
+        return digest.hexdigest().encode("ascii")
+
+    def seal(self, key: str, value: str) -> bytes:
+        """The bytes to store at `key` for `value`."""
+        data = value.encode("utf-8")
+        mac = UNSIGNED if self._secret is None else self._mac(key, data)
+        return mac + b"\n" + data
+
+    def open(self, key: str, raw: bytes) -> bytes | None:
+        """The value sealed at `key`, or None when it is malformed or its MAC does not verify."""
+        mac, sep, data = raw.partition(b"\n")
+        if not sep:
+            return None
+        if self._secret is None:
+            return data
+        if not hmac.compare_digest(mac, self._mac(key, data)):
+            return None
+        return data
+
+
+class TieredCache:
+    """The in-process cache first, then the result cache replicas share in Redis (`PROCTOR_REDIS_URL`, or
+    `PROCTOR_REDIS_CACHE_URL` for a separate, evicting instance).
+
+    `put` writes through to Redis at once (the engine calls it before the response is sent), so another
+    replica sees the score as soon as this one answers. Entries live `ttl_s` in Redis, under `namespace`
+    (`scoring_namespace`), sealed by `signer`: an entry whose MAC fails, or that is not an `ok` score, is
+    dropped and counted (`rejected`). When Redis is down, look-ups and writes go on with the local cache
+    alone; nothing is raised.
+    """
+
+    def __init__(
+        self,
+        local: ResultCache,
+        shared: SharedRedis,
+        ttl_s: int,
+        *,
+        signer: CacheSigner | None = None,
+        namespace: str = "",
+    ):
         self.local = local
         self.shared = shared
         self.ttl_ms = ttl_s * 1000
+        self.signer = signer if signer is not None else CacheSigner(None)
+        self.namespace = namespace
+        self.rejected = 0
 
-    @staticmethod
-    def shared_key(key: str) -> str:
-        """The Redis key of a score (under the shared prefix)."""
-        return "score:" + key
+    def shared_key(self, key: str) -> str:
+        """The Redis key of a score (under the shared prefix and this cache's namespace)."""
+        return f"score:{self.namespace}:{key}" if self.namespace else "score:" + key
+
+    def _load(self, key: str) -> Score | None:
+        """The verified `ok` score in Redis for key, or None (missing, Redis down, or rejected and counted)."""
+        name = self.shared_key(key)
+        raw = self.shared.get(name, op="cache_get")
+        if raw is None:
+            return None
+        score = open_score(self.signer, self.shared.key(name), raw)
+        if score is None or score.status is not Status.ok:  # never written by Proctor with this secret
+            self.rejected += 1
+            if self.rejected == 1 or self.rejected % 1000 == 0:
+                log.warning(
+                    "dropped %d shared cache entries that were unsigned, badly signed or not ok "
+                    "(wrong PROCTOR_CACHE_SECRET on a replica, or a foreign writer in Redis); latest %s",
+                    self.rejected,
+                    key,
+                )
+            self.shared.observer.shared_cache("rejected")
+            return None
+        return score
 
     def get(self, key: str) -> Score | None:
         """The local entry, else the shared one (then kept locally too), else None."""
         score = self.local.get(key)
         if score is not None:
             return score
-        raw = self.shared.get(self.shared_key(key), op="cache_get")
-        if raw is None:
+        score = self._load(key)
+        if score is None:
             if self.shared.available:
                 self.shared.observer.shared_cache("miss")
-            return None
-        try:
-            score = Score.model_validate_json(raw)
-        except ValueError:  # written by an incompatible version: a miss, to be overwritten by this one
-            log.warning("unreadable shared cache entry %s; ignoring it", key)
-            self.shared.observer.shared_cache("miss")
-            return None
-        if score.status is not Status.ok:  # never written by Proctor; a foreign writer's entry is not trusted
-            self.shared.observer.shared_cache("miss")
             return None
         self.shared.observer.shared_cache("hit")
         self.local.put(key, score)
         return score
+
+    def peek(self, key: str) -> bool:
+        """Whether Redis holds a verified score for key (kept locally when it does); single-flight's poll,
+        which is not a look-up to count as a hit or a miss."""
+        score = self._load(key)
+        if score is None:
+            return False
+        self.local.put(key, score)
+        return True
 
     def put(self, key: str, score: Score) -> None:
         """Keep an `ok` score locally and in Redis (a non-ok one is refused: an outage must never stick)."""
@@ -139,4 +276,17 @@ class TieredCache:
         self.local.put(key, score)
         # The stored copy carries no request's id or timing: those belong to the request that made it.
         stored = score.model_copy(update={"id": None, "cached": False})
-        self.shared.set(self.shared_key(key), stored.model_dump_json(), self.ttl_ms, op="cache_put")
+        name = self.shared_key(key)
+        sealed = self.signer.seal(self.shared.key(name), stored.model_dump_json())
+        self.shared.set(name, sealed, self.ttl_ms, op="cache_put")
+
+
+def open_score(signer: CacheSigner, full_key: str, raw: bytes) -> Score | None:
+    """The Score sealed at `full_key` (the Redis key, prefix included), or None when the MAC or JSON is bad."""
+    data = signer.open(full_key, raw)
+    if data is None:
+        return None
+    try:
+        return Score.model_validate_json(data)
+    except ValueError:  # written by an incompatible version: a miss, to be overwritten by this one
+        return None

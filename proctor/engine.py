@@ -7,21 +7,37 @@ give the same score for the same request.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
+import datetime
+import decimal
+import enum
+import fractions
 import inspect
 import logging
 import re
 import secrets
 import threading
 import time
-from collections.abc import Awaitable, Callable, Coroutine
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from concurrent.futures import Future
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, NamedTuple
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
-from proctor.cache import LRUCache, NullCache, ResultCache, TieredCache, cache_key
+from proctor.cache import (
+    CacheSigner,
+    LRUCache,
+    NullCache,
+    ResultCache,
+    TieredCache,
+    cache_key,
+    cache_secret,
+    open_score,
+    scoring_namespace,
+)
 from proctor.capacity import PoolClosed
 from proctor.contract import (
     MAX_NESTING,
@@ -52,6 +68,13 @@ FLIGHT_LEASE_MS = 15_000
 that dies holding it blocks the others for at most this long."""
 FLIGHT_EXTRA_WAIT_S = 10.0
 """A waiter waits at most the item's deadline plus this for the holder's result, then runs the item itself."""
+FLIGHT_RESULT_TTL_MS = 10_000
+"""How long a holder's result that is not `ok` (a timeout, a machinery failure) stays for the duplicates that
+waited on it; never cached beyond that, so a failure never sticks."""
+FLIGHT_POLL_MAX_S = 0.25
+FLIGHT_POLLS_PER_S = 1000
+"""Redis polls per second all of a process's waiters make together at most: with many waiters each polls less
+often (never less often than FLIGHT_POLL_MAX_S would, until there are more than 250 of them)."""
 
 
 @dataclass
@@ -69,18 +92,131 @@ class Prepared:
     """The end-of-turn tokens the response was cut at (nested requests inherit them)."""
     end_of_turn: dict[str, Any] | None = None
     """What was cut from the response, as `details.end_of_turn` reports it; None when nothing was."""
+    _sized: tuple[int, int] | None = field(default=None, repr=False, compare=False)
+    """(limit, count) of the last `input_size` call: the engine asks once for the lane and once to score."""
 
     @property
     def size(self) -> int:
-        """Characters of response text, the input whose length drives an inline verifier's cost."""
+        """Characters of response text (the whole input, reference included, is `input_size`)."""
         if isinstance(self.response, str):
             return len(self.response)
         return sum(len(str(message.get("content") or "")) for message in self.response)
+
+    def input_size(self, limit: int) -> int:
+        """`bounded_size` of the response, reference and options as the verifier reads them; past `limit` it
+        stops counting and returns a number over it, so a huge reference is never walked in full."""
+        if self._sized is None or (self._sized[1] > self._sized[0] and limit > self._sized[0]):
+            # Recount only when an earlier count stopped short of this limit (another engine's bound).
+            self._sized = (limit, bounded_size((self.response, self.reference, self.options), limit))
+        return self._sized[1]
 
     @property
     def deadline_s(self) -> float:
         """The item's hard deadline: the request's option, else the verifier's default."""
         return self.options.deadline_s or self.spec.deadline_s
+
+
+NODE_CHARS = 2
+"""What `measure` counts for every value beyond a string's characters (a JSON scalar and its separator)."""
+CONTAINER_CHARS = 16
+"""What it counts for each list, object or model beyond that: each costs validation, the cache key's JSON and
+this walk far more than a character does, and the weight keeps the walk short (at most limit / 16 of them)."""
+
+PARSED_SLACK_CHARS = 4_096
+"""How much larger than the raw request a prepared item may measure and still run inline (see runs_inline)."""
+
+_SCALARS = (int, float, bool, type(None))
+_PRINTABLE = (
+    datetime.date,
+    datetime.time,
+    datetime.timedelta,
+    decimal.Decimal,
+    fractions.Fraction,
+    uuid.UUID,
+    complex,
+    enum.Enum,
+    type,
+)
+"""Values a verifier may parse a reference into that have no __dict__ to walk: counted as their text."""
+
+
+class Size(NamedTuple):
+    """What `measure` counted: `total` as a JSON size estimate, `structure` the part not string characters."""
+
+    total: int
+    structure: int
+    """Values and containers: what a walk over the value costs, whatever the strings' lengths."""
+
+
+def measure(value: Any, limit: int) -> Size:
+    """About how many characters of JSON `value` is (a string its length, every value NODE_CHARS more, every
+    container CONTAINER_CHARS more), counted without recursion and only until the total passes `limit`: then
+    a total over `limit` comes back, so a huge structure is never walked in full.
+
+    Sizes the work of an item before it is prepared or scored on the event loop: validation, the cache key
+    (JSON and a hash over the whole reference) and an inline verifier all grow with the reference and options
+    as well as the response, and a reference is bounded only by the body limit unless its verifier caps it."""
+    text = 0
+    structure = NODE_CHARS
+    stack: list[Any] = [value]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, str):
+            text += len(node)
+            continue
+        if isinstance(node, _SCALARS):
+            continue
+        if isinstance(node, (list, tuple)):
+            children: Any = node
+        elif isinstance(node, dict):
+            children = [*node.keys(), *node.values()] if len(node) <= limit else None
+        elif isinstance(node, (set, frozenset)):
+            children = list(node) if len(node) <= limit else None
+        elif isinstance(node, BaseModel):
+            extra = node.__pydantic_extra__
+            children = [*node.__dict__.values(), *([extra] if extra else [])]  # the fields, as validated
+        elif isinstance(node, (bytes, bytearray)):
+            text += len(node)
+            continue
+        elif isinstance(node, _PRINTABLE):
+            text += len(str(node))
+            continue
+        elif hasattr(node, "__dict__"):  # a dataclass or another plain object a verifier parsed into
+            children = list(vars(node).values())
+        else:  # nothing says how big it is: it is not trusted to be cheap
+            return Size(limit + 1, structure)
+        if children is None:
+            return Size(limit + 1, structure)
+        # Every child counts NODE_CHARS before any is looked at, so a list of a million numbers is over the
+        # limit at once; then only strings (their length) and containers (a visit of their own) add more.
+        structure += CONTAINER_CHARS + NODE_CHARS * len(children)
+        if text + structure > limit:
+            return Size(text + structure, structure)
+        for child in children:
+            kind = type(child)
+            if kind is str:
+                text += len(child)
+            elif kind not in _SCALARS:
+                stack.append(child)
+        if text + structure > limit:
+            return Size(text + structure, structure)
+    return Size(text + structure, structure)
+
+
+def bounded_size(value: Any, limit: int) -> int:
+    """`measure(value, limit).total`: the JSON size estimate, counted in full up to `limit` and no further."""
+    return measure(value, limit).total
+
+
+def request_size(request: ScoreRequest | dict[str, Any], limit: int) -> Size:
+    """`measure` of a raw request's response, reference and options (the parts a verifier reads)."""
+    if isinstance(request, ScoreRequest):
+        parts: Any = (request.response, request.reference, request.options)
+    elif isinstance(request, dict):
+        parts = (request.get("response"), request.get("reference"), request.get("options"))
+    else:
+        return Size(limit + 1, 0)
+    return measure(parts, limit)
 
 
 def parse_request(request: ScoreRequest | dict[str, Any]) -> ScoreRequest:
@@ -301,14 +437,36 @@ class Engine:
         # Plugins named in code, not only in the environment; built-ins load when first looked up.
         load_plugins(self.settings.plugins)
         self.shared: SharedRedis | None = None
-        """Redis shared with other replicas (PROCTOR_REDIS_URL): the second cache level and single-flight."""
+        """Redis shared with other replicas (PROCTOR_REDIS_URL): single-flight locks (and, unless
+        PROCTOR_REDIS_CACHE_URL names another, the second cache level)."""
+        self.signer = CacheSigner(cache_secret(self.settings))
+        """Seals what replicas read from each other (scores, single-flight failures): PROCTOR_CACHE_SECRET."""
+        self.namespace = scoring_namespace(self.settings)
+        """Version, plugins and scoring settings: replicas that differ in them share no scores or flights."""
+        self._flight_waiters = 0
+        self._flight_waiters_lock = threading.Lock()  # async verifiers nest items from another loop's thread
         if cache is None:
             cache = LRUCache(self.settings.cache_size) if self.settings.cache_size > 0 else NullCache()
             if self.settings.redis_url:
-                from proctor.redis_backend import connect  # imports redis only when configured
+                # imports redis only when configured
+                from proctor.redis_backend import ForwardingObserver, connect
 
                 self.shared = connect(self.settings.redis_url)
-                cache = TieredCache(cache, self.shared, self.settings.redis_cache_ttl_s)
+                cache_url = self.settings.redis_cache_url or self.settings.redis_url
+                cache_redis = self.shared if cache_url == self.settings.redis_url else connect(cache_url)
+                if (
+                    cache_redis is not self.shared
+                ):  # its hits, misses and errors count in this service's metrics
+                    cache_redis.observer = ForwardingObserver(self.shared)
+                cache = TieredCache(
+                    cache,
+                    cache_redis,
+                    self.settings.redis_cache_ttl_s,
+                    signer=self.signer,
+                    namespace=self.namespace,
+                )
+                if not self.signer.signs:
+                    _warn_unsigned()
         self.cache = cache
         self._pool = pool
         self._pool_lock = threading.Lock()
@@ -348,10 +506,12 @@ class Engine:
         return prepare(request, end_tokens=self.settings.end_token_list)
 
     async def prepare_async(self, request: ScoreRequest | dict[str, Any]) -> Prepared:
-        """`prepare` for the event loop: a response past `inline_max_chars`, or a chat transcript, is read
-        (end-of-turn cut, the verifier's validation) on a thread, so one big body never stalls the service."""
+        """`prepare` for the event loop: a request past `inline_max_chars` in all (response, reference and
+        options: `request_size`), or a chat transcript, is read (end-of-turn cut, the verifier's validation, the
+        cache key over the whole reference) on a thread, so one big body never stalls the service."""
         response = request.response if isinstance(request, ScoreRequest) else request.get("response")
-        if isinstance(response, str) and len(response) <= self.settings.inline_max_chars:
+        limit = self.settings.inline_max_chars
+        if isinstance(response, str) and request_size(request, limit).total <= limit:
             return self.prepare(request)
         return await asyncio.to_thread(self.prepare, request)
 
@@ -359,11 +519,22 @@ class Engine:
         """Inline verifiers run in this process on small inputs; large ones go to the killable pool.
 
         Even a linear-time check takes seconds on a 10 MB response, which would stall every other request
-        of the service's event loop, so past `inline_max_chars` the item gets a worker and a deadline.
+        of the service's event loop, so past `inline_max_chars` the item gets a worker and a deadline. The
+        size is the whole input (`Prepared.input_size`: a short response against 25 MB of golds is large) plus
+        what the parsed reference declares its check costs beyond that (`inline_cost`, text.match's regex).
         """
-        if is_async(item.spec):
+        if is_async(item.spec) or item.spec.execution != "inline":
             return False
-        return item.spec.execution == "inline" and item.size <= self.settings.inline_max_chars
+        # The prepared item holds what parsing added (option defaults, a shorthand reference's fields); the slack
+        # keeps every request that the raw-request checks (prepare_async, the batch lane) found within the
+        # limit inline here too, so an item of the inline lane never ends up waiting for the pool.
+        limit = self.settings.inline_max_chars
+        limit += min(limit, PARSED_SLACK_CHARS)
+        # Work that a reference's size does not show (an RE2 program of 3,000 instructions from 18 characters of
+        # pattern) is the reference's to declare: `inline_cost(response_chars)`, in characters' worth.
+        declared = getattr(item.reference, "inline_cost", None)
+        extra = max(0, declared(item.size)) if callable(declared) else 0
+        return extra <= limit and item.input_size(limit - extra) <= limit - extra
 
     # -- building scores -------------------------------------------------------------------------
 
@@ -477,50 +648,121 @@ class Engine:
 
         return await self._single_flight(item, run)
 
-    async def _single_flight(self, item: Prepared, run: Callable[[], Awaitable[Score]]) -> Score:
-        """Run an expensive item once across the replicas sharing Redis: the lock's holder runs it (and writes
-        the `ok` score through the shared cache); the others wait for that score. A waiter runs the item
-        itself when the lock goes without a result (the holder died, or its result was not `ok`, which is never
-        shared), when its wait passes the item's deadline plus FLIGHT_EXTRA_WAIT_S, or when Redis is down."""
+    def flight_name(self, key: str) -> str:
+        """The Redis name of the single-flight lock of the item whose cache key is `key`."""
+        return f"flight:{self.namespace}:{key}"
+
+    def flight_result_name(self, key: str) -> str:
+        """Where a holder leaves a result that is not `ok` for the duplicates waiting on it."""
+        return f"flight-result:{self.namespace}:{key}"
+
+    def _landed(self, item: Prepared) -> Score | None:
+        """The holder's `ok` score, once it is in the shared cache (signed), as this item's cached Score."""
+        cache = self.cache
+        if isinstance(cache, TieredCache) and not cache.peek(item.key):
+            return None
+        return self._cached(item)
+
+    def _flight_failure(self, item: Prepared) -> Score | None:
+        """The failure a holder this item waited on left for it (sealed, never `ok`), as this item's Score."""
         shared = self.shared
         if shared is None:
-            return await run()
-        name = "flight:" + item.key
+            return None
+        name = self.flight_result_name(item.key)
+        raw = shared.get(name, op="flight_poll")
+        if raw is None:
+            return None
+        score = open_score(self.signer, shared.key(name), raw)
+        if score is None or score.status is Status.ok:  # an ok verdict is shared only through the cache
+            shared.observer.shared_cache("rejected")
+            return None
+        score = score.model_copy(
+            update={"id": item.id, "cached": True, "elapsed_ms": _ms_since(item.started)}, deep=True
+        )
+        return _with_cut(score, item)
+
+    def _publish_failure(self, item: Prepared, score: Score) -> None:
+        """Leave a result that is not `ok` for this flight's waiters, for FLIGHT_RESULT_TTL_MS only."""
+        shared = self.shared
+        if shared is None:
+            return
+        stored = score.model_copy(update={"id": None, "cached": False}, deep=True)
+        stored.details.pop("end_of_turn", None)  # this item's own cut, not the waiters'
+        name = self.flight_result_name(item.key)
+        sealed = self.signer.seal(shared.key(name), stored.model_dump_json())
+        shared.set(name, sealed, FLIGHT_RESULT_TTL_MS, op="flight_result")
+
+    async def _single_flight(
+        self,
+        item: Prepared,
+        run: Callable[[], Awaitable[Score]],
+        *,
+        window: asyncio.Semaphore | None = None,
+    ) -> Score:
+        """Run an expensive item once across the replicas sharing Redis: the lock's holder runs it and shares
+        its result (an `ok` score through the shared cache, any other under a short-lived flight result); the
+        others wait for that result and run nothing. A waiter runs the item itself when the lock goes without a
+        result (the holder died or raised), when its wait passes the item's deadline plus FLIGHT_EXTRA_WAIT_S,
+        or when Redis is down.
+
+        `window`, when given, is held only to take the lock and run the item, never while waiting: a batch's
+        items held by another replica must not starve its items that can run now."""
+        shared = self.shared
+        if shared is None:
+            async with _held(window):
+                return await run()
+        name = self.flight_name(item.key)
         token = secrets.token_hex(16)
         give_up = time.monotonic() + item.deadline_s + FLIGHT_EXTRA_WAIT_S
         delay = 0.005
         waited = False
         while True:
-            taken = shared.try_lock(name, token, FLIGHT_LEASE_MS)
-            if taken is None:  # Redis is down: run it here, as a single replica would
-                shared.observer.single_flight("degraded")
-                return await run()
-            if taken:
-                # Another holder may have finished between our look-up and our lock: never run it twice.
-                landed = shared.get(TieredCache.shared_key(item.key), op="flight_poll") is not None
-                cached = self._cached(item) if landed else None
-                if cached is not None:
-                    shared.unlock(name, token)
-                    shared.observer.single_flight("waited")
-                    return cached
-                shared.observer.single_flight("took_over" if waited else "owner")
-                async with shared.renewing(name, token, FLIGHT_LEASE_MS):
+            async with _held(window):
+                taken = shared.try_lock(name, token, FLIGHT_LEASE_MS)
+                if taken is None:  # Redis is down: run it here, as a single replica would
+                    shared.observer.single_flight("degraded")
                     return await run()
+                if taken:
+                    # Another holder may have finished between our look-up and our lock: never run it twice.
+                    # Its failure is taken only by a waiter: a request that came after it runs the item anew.
+                    found = self._landed(item) or (self._flight_failure(item) if waited else None)
+                    if found is not None:
+                        shared.unlock(name, token)
+                        shared.observer.single_flight("waited")
+                        return found
+                    if not waited:  # an earlier flight's failure is not for this flight's waiters
+                        shared.call(
+                            "flight_result",
+                            lambda r: r.delete(shared.key(self.flight_result_name(item.key))),
+                            0,
+                        )
+                    shared.observer.single_flight("took_over" if waited else "owner")
+                    async with shared.renewing(name, token, FLIGHT_LEASE_MS):
+                        score = await run()
+                        if score.status is not Status.ok:
+                            self._publish_failure(item, score)
+                        return score
             waited = True
-            # Poll the shared entry itself (a miss here is not a cache look-up to count), then read it once.
-            landed = shared.get(TieredCache.shared_key(item.key), op="flight_poll") is not None
-            cached = self._cached(item) if landed else None
-            if cached is not None:
+            found = self._landed(item) or self._flight_failure(item)
+            if found is not None:
                 shared.observer.single_flight("waited")
-                return cached
+                return found
             if time.monotonic() >= give_up:
                 log.warning(
                     "waited past the deadline for another replica's %s; running it here", item.spec.name
                 )
                 shared.observer.single_flight("timed_out")
-                return await run()
-            await asyncio.sleep(delay)
-            delay = min(delay * 1.5, 0.25)
+                async with _held(window):
+                    return await run()
+            with self._flight_waiters_lock:
+                self._flight_waiters += 1
+            try:
+                await asyncio.sleep(delay)
+            finally:
+                with self._flight_waiters_lock:
+                    self._flight_waiters -= 1
+            # Many waiters poll less often each, so their Redis round trips on the event loop stay bounded.
+            delay = min(delay * 1.5, max(FLIGHT_POLL_MAX_S, self._flight_waiters / FLIGHT_POLLS_PER_S))
 
     async def score_batch_async(
         self, requests: list[dict[str, Any]], *, chunk: int = 512
@@ -550,9 +792,8 @@ class Engine:
                     future = await asyncio.to_thread(self._submit, item, block=True)
                     return self._finish(item, await asyncio.wrap_future(future))
 
-                # The window bounds the items waiting on another replica too, so their polls of Redis stay few.
-                async with window:
-                    results[index] = await self._single_flight(item, pooled)
+                # Single-flight holds the window to run an item, not while it waits on another replica.
+                results[index] = await self._single_flight(item, pooled, window=window)
 
             await asyncio.gather(*(run(index, item) for index, item in pooled))
         if waiters:
@@ -584,6 +825,30 @@ class Engine:
 
 async def _gather_async(engine: Engine, items: list[Prepared]) -> list[Verdict]:
     return list(await asyncio.gather(*(_run_async(engine, item) for item in items)))
+
+
+@contextlib.asynccontextmanager
+async def _held(semaphore: asyncio.Semaphore | None) -> AsyncIterator[None]:
+    """Hold `semaphore` for the block (nothing when None)."""
+    if semaphore is None:
+        yield
+        return
+    async with semaphore:
+        yield
+
+
+_warned_unsigned = False
+
+
+def _warn_unsigned() -> None:
+    """Say once per process that shared scores are not signed (no PROCTOR_CACHE_SECRET, no PROCTOR_TOKEN)."""
+    global _warned_unsigned
+    if not _warned_unsigned:
+        _warned_unsigned = True
+        log.warning(
+            "the shared result cache is unsigned (set PROCTOR_CACHE_SECRET or PROCTOR_TOKEN): whoever can "
+            "write to its Redis can plant scores every replica serves"
+        )
 
 
 def _with_cut(score: Score, item: Prepared) -> Score:

@@ -40,7 +40,13 @@ class Settings(BaseSettings):
     )
     port: int = Field(8000, ge=0, le=65535, description="Port to bind.")
     token: str | None = Field(None, description="Bearer token clients must send (required off loopback).")
-    workers: int = Field(1, ge=1, le=64, description="uvicorn worker processes, each with its own pool.")
+    workers: int = Field(
+        1,
+        ge=1,
+        le=64,
+        description="uvicorn worker processes; the per-host settings (admission, pool, sandboxes, their queues) "
+        "are split among them.",
+    )
     log_level: str = Field("info", description="uvicorn / logging level.")
 
     plugins: str = Field(
@@ -54,28 +60,35 @@ class Settings(BaseSettings):
     max_concurrency: int = Field(
         64,
         ge=1,
-        description="Requests of the pool admission lane running at once per process: pool verifiers (code, "
+        description="Requests of the pool admission lane running at once per host: pool verifiers (code, "
         "math, ...), sandboxes, async judges, sessions, graders, task generation.",
     )
-    max_queue: int = Field(256, ge=0, description="Pool-lane requests allowed to wait; beyond this, 429.")
+    max_queue: int = Field(
+        256, ge=0, description="Pool-lane requests allowed to wait, per host; beyond this, 429."
+    )
     max_inline_concurrency: int = Field(
         256,
         ge=1,
-        description="Requests of the inline admission lane running at once per process: items an inline verifier "
+        description="Requests of the inline admission lane running at once per host: items an inline verifier "
         "scores on the event loop (text.match within inline_max_chars), which never wait behind the pool lane "
         "(PROCTOR_MAX_CONCURRENCY).",
     )
     max_inline_queue: int = Field(
-        1024, ge=0, description="Inline-lane requests allowed to wait; beyond this, 429."
+        1024, ge=0, description="Inline-lane requests allowed to wait, per host; beyond this, 429."
     )
     retry_after_s: int = Field(1, ge=1, description="Retry-After seconds sent with 429.")
 
     # Killable worker pool for CPU-bound verifiers
-    pool_workers: int = Field(default_factory=_default_pool_workers, ge=1, description="Worker processes.")
+    pool_workers: int = Field(
+        default_factory=_default_pool_workers, ge=1, description="Worker processes, per host."
+    )
     pool_memory_mb: int = Field(2048, ge=64, description="Address-space cap of each worker process.")
-    pool_queue: int = Field(4096, ge=1, description="Items allowed to wait for a pool worker.")
+    pool_queue: int = Field(4096, ge=1, description="Items allowed to wait for a pool worker, per host.")
     inline_max_chars: int = Field(
-        100_000, ge=0, description="Inline verifiers score larger responses in the pool, under a deadline."
+        100_000,
+        ge=0,
+        description="Inline verifiers score larger items (response, reference and options together) in the pool, "
+        "under a deadline; requests that large are also validated off the event loop.",
     )
     pool_max_tasks: int = Field(10_000, ge=1, description="Items a worker scores before it is recycled.")
 
@@ -85,10 +98,12 @@ class Settings(BaseSettings):
         description="Where untrusted programs run; local does not isolate and is for development only.",
     )
     sandbox_workers: int = Field(
-        default_factory=_default_pool_workers, ge=1, description="Sandbox jobs running at once."
+        default_factory=_default_pool_workers, ge=1, description="Sandbox jobs running at once, per host."
     )
     sandbox_queue: int = Field(
-        64, ge=0, description="Sandbox jobs allowed to wait; beyond this, 429 (verl sends up to 64 at once)."
+        64,
+        ge=0,
+        description="Sandbox jobs allowed to wait, per host; beyond this, 429 (verl sends up to 64 at once).",
     )
     run_code_queue_wait_s: float = Field(
         8.0,
@@ -196,6 +211,18 @@ class Settings(BaseSettings):
     redis_cache_ttl_s: int = Field(
         7 * 24 * 3600, ge=1, description="How long a score stays in the shared Redis cache, in seconds."
     )
+    redis_cache_url: str = Field(
+        "",
+        description="A separate Redis (or database index) for the shared result cache only, e.g. an allkeys-lru "
+        "instance with maxmemory, while sessions and locks stay on PROCTOR_REDIS_URL's non-evicting one; empty: "
+        "PROCTOR_REDIS_URL. Needs PROCTOR_REDIS_URL.",
+    )
+    cache_secret: str | None = Field(
+        None,
+        description="Secret the replicas share to sign (HMAC-SHA256) the scores they put in the shared cache; "
+        "entries that fail the check are dropped. Unset: derived from PROCTOR_TOKEN; with neither, entries are "
+        "unsigned and anyone who can write to Redis can plant a score (warned at start-up).",
+    )
     advertise_url: str = Field(
         "",
         description="Where this replica answers, as other replicas and clients can reach it "
@@ -228,6 +255,24 @@ class Settings(BaseSettings):
         "",
         description="Folder whose files POST /v1/jobs may name as input_path; empty: jobs take uploads only, so "
         "no caller can make the service read its other files.",
+    )
+    jobs_max_rows: int = Field(
+        1_000_000,
+        ge=1,
+        description="Rows one batch job may hold (an upload or input_path file); more: 413 naming this setting.",
+    )
+    jobs_max_bytes: int = Field(
+        1 << 30,
+        ge=1024,
+        description="Bytes one batch job's rows may take once stored (each row's JSON text, counted as it is "
+        "written); more: 413 naming this setting, and nothing of the job is kept. Bounds what a small "
+        "compressed Parquet file may expand to.",
+    )
+    jobs_retention_s: float = Field(
+        7 * 24 * 3600.0,
+        ge=0,
+        description="How long a finished (done, failed or cancelled) job and its rows and results are kept, "
+        "in seconds; a sweep on every replica deletes older ones. 0: keep them forever.",
     )
 
     # Compatibility routes (OpenRLHF, slime)

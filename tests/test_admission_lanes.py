@@ -94,11 +94,12 @@ def test_a_full_pool_lane_leaves_the_inline_lane_free_and_each_lane_refuses_on_i
 
 
 def test_the_route_picks_the_lane_from_the_verifier_and_the_response_size() -> None:
-    engine = Engine(Settings(inline_max_chars=50))
+    engine = Engine(Settings(inline_max_chars=500))
     try:
         assert lane_of(engine, engine.prepare(TEXT)) == INLINE
-        # Past inline_max_chars an inline verifier runs in the pool, under a deadline: pool lane.
-        assert lane_of(engine, engine.prepare({**TEXT, "response": "x" * 51})) == POOL
+        # Past inline_max_chars (response, reference and options in all) an inline verifier runs in the pool,
+        # under a deadline: pool lane.
+        assert lane_of(engine, engine.prepare({**TEXT, "response": "x" * 1001})) == POOL
         assert (
             lane_of(engine, engine.prepare({"verifier": "math", "response": "4", "reference": "4"})) == POOL
         )
@@ -113,9 +114,9 @@ def test_the_route_picks_the_lane_from_the_verifier_and_the_response_size() -> N
         assert lane_of_requests(engine, [TEXT, TEXT]) == INLINE
         chat = [{"role": "user", "content": "q"}, {"role": "assistant", "content": "42"}]
         assert lane_of_requests(engine, [{**TEXT, "response": chat}]) == INLINE
-        assert lane_of_requests(engine, [{**TEXT, "response": [{"content": "x" * 51}]}]) == POOL
+        assert lane_of_requests(engine, [{**TEXT, "response": [{"content": "x" * 1001}]}]) == POOL
         assert lane_of_requests(engine, [TEXT, {"verifier": "code", "response": "", "reference": {}}]) == POOL
-        assert lane_of_requests(engine, [TEXT, {**TEXT, "response": "x" * 51}]) == POOL
+        assert lane_of_requests(engine, [TEXT, {**TEXT, "response": "x" * 1001}]) == POOL
         # Items that are item errors cost nothing: they do not pull a batch into the pool lane.
         assert lane_of_requests(engine, [TEXT, {"verifier": "no.such"}, 7, {"verifier": 3}]) == INLINE
         # A response that is neither text nor a transcript is not trusted to be cheap.

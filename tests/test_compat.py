@@ -146,7 +146,8 @@ def test_json_label_without_verifier_is_a_plain_answer(live_server: str) -> None
 
 def test_deeply_nested_label_is_a_plain_answer_not_a_500(live_server: str) -> None:
     # json.loads raises RecursionError (not ValueError) on deep nesting; that must not become a 5xx.
-    deep = '{"verifier": "text.match", "reference": ' + "[" * 100_000 + "]" * 100_000 + "}"
+    # 4,000 levels: past json.loads's recursion limit, and within text.match's 10,000 characters for one gold.
+    deep = '{"verifier": "text.match", "reference": ' + "[" * 4_000 + "]" * 4_000 + "}"
     response = post(live_server, OPENRLHF, {"query": ["x"], "prompts": [""], "labels": [deep]})
     assert response.status_code == 200, response.text
     assert response.json()["extra_logs"]["proctor_status_ok"] == [1.0]

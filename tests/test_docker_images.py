@@ -73,7 +73,11 @@ def compose_config(**env: str) -> subprocess.CompletedProcess[str]:
     binary = shutil.which("docker-compose")
     if binary is None:
         pytest.skip("docker-compose is not installed (Debian package docker-compose)")
-    clean = {key: value for key, value in os.environ.items() if not key.startswith(("PROCTOR_", "POSTGRES_"))}
+    clean = {
+        key: value
+        for key, value in os.environ.items()
+        if not key.startswith(("PROCTOR_", "POSTGRES_", "REDIS_"))
+    }
     return subprocess.run(
         [binary, "-f", str(COMPOSE), "config"],
         env={**clean, **env},
@@ -85,15 +89,20 @@ def compose_config(**env: str) -> subprocess.CompletedProcess[str]:
 
 @pytest.fixture(scope="module")
 def compose() -> dict:
-    """The compose file as docker-compose resolves it, with a token and a database password set."""
-    done = compose_config(PROCTOR_TOKEN=TOKEN, POSTGRES_PASSWORD="pg-secret", PROCTOR_REPLICAS="4")
+    """The compose file as docker-compose resolves it, with a token, a database and a Redis password set."""
+    done = compose_config(
+        PROCTOR_TOKEN=TOKEN,
+        POSTGRES_PASSWORD="pg-secret",
+        REDIS_PASSWORD="redis-secret",
+        PROCTOR_REPLICAS="4",
+    )
     assert done.returncode == 0, done.stderr
     return yaml.safe_load(done.stdout)
 
 
-def test_compose_file_validates_with_the_four_services(compose: dict) -> None:
+def test_compose_file_validates_with_the_five_services(compose: dict) -> None:
     services = compose["services"]
-    assert set(services) == {"proctor", "redis", "postgres", "proxy"}
+    assert set(services) == {"proctor", "redis", "redis-cache", "postgres", "proxy"}
     for name, service in services.items():
         assert service["healthcheck"]["test"][0] == "CMD", name
         assert service["restart"] == "unless-stopped", name
@@ -105,7 +114,8 @@ def test_compose_file_validates_with_the_four_services(compose: dict) -> None:
 def test_replicas_share_redis_and_postgres_by_service_name(compose: dict) -> None:
     services = compose["services"]
     env = services["proctor"]["environment"]
-    assert env["PROCTOR_REDIS_URL"] == "redis://redis:6379/0"
+    assert env["PROCTOR_REDIS_URL"] == "redis://:redis-secret@redis:6379/0"
+    assert env["PROCTOR_REDIS_CACHE_URL"] == "redis://:redis-secret@redis-cache:6379/0"
     assert env["PROCTOR_DATABASE_URL"] == "postgresql+psycopg://proctor:pg-secret@postgres:5432/proctor"
     assert env["PROCTOR_TOKEN"] == TOKEN and env["PROCTOR_HOST"] == "0.0.0.0"
     postgres = services["postgres"]["environment"]
@@ -140,10 +150,12 @@ def test_proxy_config_is_mounted_and_forwards_to_the_replicas(compose: dict) -> 
 
 
 def test_compose_refuses_to_run_without_a_token_or_password() -> None:
-    no_token = compose_config(POSTGRES_PASSWORD="pg-secret")
+    no_token = compose_config(POSTGRES_PASSWORD="pg-secret", REDIS_PASSWORD="redis-secret")
     assert no_token.returncode != 0 and "PROCTOR_TOKEN" in no_token.stderr
-    no_password = compose_config(PROCTOR_TOKEN=TOKEN)
+    no_password = compose_config(PROCTOR_TOKEN=TOKEN, REDIS_PASSWORD="redis-secret")
     assert no_password.returncode != 0 and "POSTGRES_PASSWORD" in no_password.stderr
+    no_redis_password = compose_config(PROCTOR_TOKEN=TOKEN, POSTGRES_PASSWORD="pg-secret")
+    assert no_redis_password.returncode != 0 and "REDIS_PASSWORD" in no_redis_password.stderr
 
 
 def test_toolchain_image_installs_every_toolchain_the_setup_lists() -> None:

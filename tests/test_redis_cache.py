@@ -85,7 +85,7 @@ def test_a_score_one_replica_stores_is_a_hit_on_another(two_caches: tuple[Tiered
     assert second.local.get("k") is not None  # now kept locally: the next look-up does not ask Redis
     second.get("k")
     assert recorder.of("cache") == ["miss", "hit"]
-    ttl_ms = first.shared.client.pttl(first.shared.key(TieredCache.shared_key("k")))
+    ttl_ms = first.shared.client.pttl(first.shared.key(first.shared_key("k")))
     assert 0 < ttl_ms <= 60_000
 
 
@@ -96,10 +96,10 @@ def test_only_ok_scores_are_shared(two_caches: tuple[TieredCache, TieredCache], 
         assert second.get(f"bad-{status.value}") is None
         assert first.local.get(f"bad-{status.value}") is None
     client = redis_server.client()
-    assert not client.keys(first.shared.key("score:bad-*"))
+    assert not client.keys(first.shared.key("score:*bad-*"))
     # An entry Proctor never writes (a non-ok score, or bytes it cannot read) is a miss, never a reward.
-    client.set(first.shared.key("score:foreign"), score(Status.timeout).model_dump_json())
-    client.set(first.shared.key("score:garbage"), b"\x00not json")
+    client.set(first.shared.key(first.shared_key("foreign")), score(Status.timeout).model_dump_json())
+    client.set(first.shared.key(first.shared_key("garbage")), b"\x00not json")
     assert second.get("foreign") is None and second.get("garbage") is None
 
 
@@ -121,7 +121,7 @@ def test_without_redis_the_local_cache_serves_alone(redis_server: RedisServer):
         assert cache.shared.ping() and cache.shared.available
         assert recorder.of("state") == [False, True]
         cache.put("again", score())
-        assert redis_server.client().exists(cache.shared.key("score:again"))
+        assert redis_server.client().exists(cache.shared.key(cache.shared_key("again")))
     finally:
         cache.shared.close()
 
@@ -151,12 +151,14 @@ async def test_a_waiter_takes_over_when_the_holder_dies_without_a_result(
     shared.observer = recorder
     item = redis_engine.prepare(pooled())
     # Another replica took the lock and died: nobody renews it, and it lapses after its lease.
-    assert redis_server.client().set(shared.key("flight:" + item.key), "dead-holder", px=1500)
+    assert redis_server.client().set(shared.key(redis_engine.flight_name(item.key)), "dead-holder", px=1500)
     result = await redis_engine.score_async(item)
     assert result.status is Status.ok and result.reward == 1.0 and not result.cached
     assert recorder.of("flight") == ["took_over"]
     assert redis_engine.pool.stats()["submitted"] == 1
-    assert not redis_server.client().exists(shared.key("flight:" + item.key))  # released after its run
+    assert not redis_server.client().exists(
+        shared.key(redis_engine.flight_name(item.key))
+    )  # released after its run
 
 
 async def test_a_waiter_never_waits_past_the_deadline_for_a_stuck_holder(
@@ -171,11 +173,13 @@ async def test_a_waiter_never_waits_past_the_deadline_for_a_stuck_holder(
     shared.observer = recorder
     item = redis_engine.prepare(pooled())
     # A holder that keeps its lock and never delivers (its lease is far away): bounded by deadline + 0.5 s.
-    assert redis_server.client().set(shared.key("flight:" + item.key), "stuck-holder", px=600_000)
+    assert redis_server.client().set(
+        shared.key(redis_engine.flight_name(item.key)), "stuck-holder", px=600_000
+    )
     result = await redis_engine.score_async(item)
     assert result.status is Status.ok and recorder.of("flight") == ["timed_out"]
     # The stuck holder's lock is not ours to release.
-    assert redis_server.client().get(shared.key("flight:" + item.key)) == b"stuck-holder"
+    assert redis_server.client().get(shared.key(redis_engine.flight_name(item.key))) == b"stuck-holder"
 
 
 async def test_a_waiter_gets_the_holders_score_and_runs_nothing(
@@ -189,12 +193,18 @@ async def test_a_waiter_gets_the_holders_score_and_runs_nothing(
     recorder = Recorder()
     shared.observer = recorder
     item = redis_engine.prepare(pooled())
-    lock = shared.key("flight:" + item.key)
+    lock = shared.key(redis_engine.flight_name(item.key))
     assert redis_server.client().set(lock, "live-holder", px=600_000)
 
     async def holder_delivers() -> None:
         await asyncio.sleep(0.3)
-        other = TieredCache(LRUCache(10), SharedRedis(redis_server.url), ttl_s=60)
+        other = TieredCache(
+            LRUCache(10),
+            SharedRedis(redis_server.url),
+            ttl_s=60,
+            signer=redis_engine.signer,
+            namespace=redis_engine.namespace,
+        )
         other.put(item.key, score())  # the holder writes through, then releases its lock
         other.shared.close()
         redis_server.client().delete(lock)
@@ -215,8 +225,8 @@ async def test_a_failed_run_is_never_shared_and_frees_the_lock(
     result = await redis_engine.score_async(item)
     assert result.status is Status.verifier_error
     client = redis_server.client()
-    assert client.get(redis_engine.shared.key("score:" + item.key)) is None  # type: ignore[union-attr]
-    assert not client.exists(redis_engine.shared.key("flight:" + item.key))  # type: ignore[union-attr]
+    assert client.get(redis_engine.shared.key(redis_engine.cache.shared_key(item.key))) is None  # type: ignore[union-attr]
+    assert not client.exists(redis_engine.shared.key(redis_engine.flight_name(item.key)))  # type: ignore[union-attr]
 
 
 async def test_with_redis_down_expensive_items_run_here(redis_engine: Engine, redis_server: RedisServer):
