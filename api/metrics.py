@@ -121,7 +121,8 @@ class Metrics:
         )
         self.shared_cache_total = Counter(
             "proctor_shared_cache",
-            "Look-ups in the Redis result cache replicas share (after a local miss), by result: hit, miss.",
+            "Look-ups in the Redis result cache replicas share (after a local miss), by result: hit, miss, "
+            "rejected (an entry whose signature or status failed the check: dropped, and also counted a miss).",
             ["result"],
             registry=reg,
         )
@@ -206,7 +207,7 @@ class Metrics:
                 registry=self.registry,
             )
         self.redis_state(up)
-        for result in ("hit", "miss"):
+        for result in ("hit", "miss", "rejected"):
             self.shared_cache_total.labels(result)
         for outcome in ("owner", "waited", "took_over", "timed_out", "degraded"):
             self.single_flight_total.labels(outcome)
