@@ -768,7 +768,8 @@ def fingerprint(info):
     """What must not change in a file that was there before the tests (a directory's listing may)."""
     if stat_is_dir(info.st_mode):
         return ("dir", info.st_ino, info.st_mode)
-    return ("file", info.st_ino, info.st_mode, info.st_size, info.st_mtime_ns)
+    # ctime, not mtime: a program may set a file's mtime back after writing it, never its ctime.
+    return ("file", info.st_ino, info.st_mode, info.st_size, info.st_ctime_ns)
 
 
 def stat_is_dir(mode):
@@ -818,6 +819,8 @@ def snapshot():
     files = {}
     folders = roots()
     for root in folders:
+        with contextlib.suppress(OSError):
+            files[(root, "")] = fingerprint(os.lstat(root))  # the root itself: its mode, never its listing
         for path, info in walk(root):
             files[(root, path)] = fingerprint(info)
     return {"files": files, "ipc": ipc_ids(), "ipc_count": ipc_count(), "roots": folders}
@@ -832,6 +835,11 @@ def restore(kept):
     seen = set()
     extra = []
     for root in kept["roots"]:
+        with contextlib.suppress(OSError):
+            info = os.lstat(root)
+            seen.add((root, ""))
+            if kept["files"].get((root, "")) != fingerprint(info):
+                problems.append(f"changed {root}")
         for path, info in walk(root):
             before = kept["files"].get((root, path))
             seen.add((root, path))
@@ -851,9 +859,11 @@ def restore(kept):
             else:
                 os.unlink(full)
         except OSError:
-            # A folder the test made unwritable: open it up once and try again.
+            # A folder the test made unwritable: open it up once and try again (never the roots themselves).
             try:
-                os.chmod(os.path.dirname(full) or root, 0o700)
+                parent = os.path.dirname(full)
+                if parent and parent != root:
+                    os.chmod(parent, 0o700)
                 if stat_is_dir(info.st_mode):
                     os.chmod(full, 0o700)
                     for name in os.listdir(full):

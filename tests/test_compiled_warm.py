@@ -25,7 +25,7 @@ import pytest
 
 from proctor.contract import Status
 from proctor.sandboxes.backends.nsjail import NsjailBackend
-from proctor.sandboxes.job import Backend, Maxima, RunLimits, RunVerdict
+from proctor.sandboxes.job import Backend, File, Maxima, RunLimits, RunVerdict
 from proctor.sandboxes.languages import BASE_ENV
 from proctor.sandboxes.program import Submission
 from proctor.sandboxes.warm import BatchTest, WarmPython, ready_servers
@@ -352,3 +352,26 @@ def test_rlimits_only_come_down_so_a_request_for_more_gets_a_fresh_jail(small: N
         high = jail.execute(ulimit, BASE_ENV, limits=LIMITS.model_copy(update={"open_files": 2000}))
         assert jail._jail is not first
     assert (low.stdout, high.stdout) == ("100\n", "2000\n"), (low, high)
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        "os.chmod('out/main', 0o700)",  # the program's own file
+        "os.utime('main.c', ns=(1, 1)) if open('main.c', 'a').write('x') else None",  # written, mtime put back
+        "os.chmod('/tmp', 0o700)",  # a root's mode
+    ],
+)
+def test_a_test_that_changes_what_was_there_gets_the_next_a_fresh_jail(
+    small: NsjailBackend, change: str
+) -> None:
+    """Python here for brevity: the same server and checks serve every language."""
+    source = f"import os, sys\nif sys.stdin.read() == 'change':\n    {change}\nprint(os.stat('/tmp').st_mode & 0o7777)\n"
+    files = [File(path="out/main", content="x", executable=True), File(path="main.c", content="int main;")]
+    with WarmPython(source, limits=LIMITS, backend=small, files=files) as jail:
+        assert jail.start().ok
+        first = jail._jail
+        changed = jail.run("change")
+        after = jail.run("look")
+        assert jail._jail is not first and jail._jail is not None
+    assert changed.verdict is RunVerdict.ok and after.stdout == "1023\n", (changed, after)
