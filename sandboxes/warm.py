@@ -182,6 +182,7 @@ class _Jail:
         env: dict[str, str],
         limits: RunLimits,
         ceiling: RunLimits | None = None,
+        nice: int | None = None,
     ):
         runner = getattr(backend, "runner", None)
         if runner is None or not hasattr(runner, "slots"):
@@ -222,6 +223,8 @@ class _Jail:
             for which, value in _rlimits(ceiling or limits).items():
                 resource.prlimit(self.slot.waiting_pid, which, value)
             self._set_cgroup(limits)
+            if nice is not None:  # a server started in the background starts at this priority
+                os.setpriority(os.PRIO_PROCESS, self.slot.waiting_pid, nice)
             from proctor.sandboxes.backends.slots import script
 
             self.slot.send(script(argv, full_env, cwd))
@@ -447,7 +450,12 @@ def _start_exec_server(backend: Backend) -> _Jail | None:
     env = {**BASE_ENV, **get_language("python").env(limits.memory_mb)}
     argv = [PYTHON, "-I", SERVER_FILE, "stdio", "main.py"]
     started = time.monotonic()
-    jail = _Jail(backend, _server_files(""), argv, env, limits, _highest(_POOL_CEILING, limits))
+    # Started in the background at the lowest priority, so that on a busy machine it takes only CPU time that
+    # the requests being scored leave (a compile in a jail taken a moment ago); taken, it gets the jails'
+    # own priority back (ReadyServers.take).
+    jail = _Jail(
+        backend, _server_files(""), argv, env, limits, _highest(_POOL_CEILING, limits), nice=BACKGROUND_NICE
+    )
     cpu_before = jail.cpu_s()
     cap = None if cpu_before is None else cpu_before + limits.cpu_s
     try:
@@ -544,6 +552,17 @@ class ReadyServers:
         ):
             jail.close()
             return None
+        if jail is not None:
+            backend = self.backend_ref()
+            try:
+                # The priority every jail's programs run at (nsjail's --nice_level); raising it back needs
+                # CAP_SYS_NICE, which a service that runs nsjail has.
+                nice = getattr(backend, "nice", os.getpriority(os.PRIO_PROCESS, 0))
+                os.setpriority(os.PRIO_PROCESS, jail.slot.waiting_pid, nice)
+            except OSError:
+                log.warning("a ready warm server could not get its priority back; starting one instead")
+                jail.close()
+                return None
         return jail
 
     def close(self) -> None:
@@ -555,6 +574,7 @@ class ReadyServers:
 
 
 MAX_READY_S = 1800.0  # a ready server older than this is replaced (its slot's jail has a lifetime cap)
+BACKGROUND_NICE = 19  # a ready server starts at this nice value (see _start_exec_server)
 _ready_lock = threading.Lock()
 _ready: weakref.WeakKeyDictionary[Any, ReadyServers] = weakref.WeakKeyDictionary()
 

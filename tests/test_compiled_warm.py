@@ -43,6 +43,7 @@ PROGRAM = r"""
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ipc.h>
+#include <sys/resource.h>
 #include <sys/shm.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -127,6 +128,7 @@ int main(void) {
         printf("%ld\n", b);
     }
     else if (!strcmp(mode, "tamper")) { FILE *f = fopen("main.c", "a"); fputs("/* x */\n", f); fclose(f); puts("1"); }
+    else if (!strcmp(mode, "nice")) printf("%d\n", getpriority(PRIO_PROCESS, 0));
     else if (!strcmp(mode, "nap")) { usleep(a * 1000); puts("1"); }
     else if (!strcmp(mode, "crash")) abort();
     else if (!strcmp(mode, "spin")) for (;;) {}
@@ -201,6 +203,26 @@ def test_a_submission_takes_a_ready_server_compiles_in_it_and_batches_its_tests(
         assert program.compile_runs == 1
         assert jail.requests == 3  # 60 tests in batches of 25: three requests, not sixty
         assert server._jail is jail
+
+
+def nice_of(pid: int) -> int:
+    with open(f"/proc/{pid}/stat", "rb") as handle:
+        return int(handle.read().rsplit(b")", 1)[1].split()[16])
+
+
+def test_a_ready_server_waits_at_the_lowest_priority_and_serves_at_the_jails(small: NsjailBackend) -> None:
+    """Started in the background at nice 19 (it takes only CPU time the requests leave); once taken, its
+    tests run at the priority every jail's programs get."""
+    wait_ready(small)
+    pool = ready_servers(small)
+    assert pool is not None
+    with pool.state.cond:
+        waiting = pool.state.jails[0]
+    assert nice_of(waiting.slot.waiting_pid) == 19
+    with Submission("c", PROGRAM, limits=LIMITS, backend=small) as program:
+        assert program.compile().ok
+        assert program.runner.server._jail is waiting  # type: ignore[attr-defined]
+        assert program.run("nice").stdout == f"{small.nice}\n"
 
 
 def verdicts(results: list) -> list[tuple[RunVerdict, str]]:
