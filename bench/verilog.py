@@ -2,7 +2,8 @@
 
 Run with `.venv/bin/python bench/verilog.py` (add `--no-write` for a trial run). It measures:
 
-- (a) agreement: every problem's correct alternative (reward 1), wrong implementation (0), trap (the testbench
+- (a) agreement: every problem's correct alternative (reward 1; with formal_inconclusive="pass", since yosys
+  cannot read some correct designs iverilog simulates), wrong implementation (0), trap (the testbench
   passes it; with formal it is 0) and five reward hacks built on a counter problem (`initial $finish`, a fake
   "Mismatches: 0" line, `force tb.tb_match = 1`, reading `tb.good1.q`, a candidate shipping its own
   `RefModule`), judged by Proctor and by VerilogEval's flow;
@@ -44,12 +45,16 @@ def load_rows() -> list[dict[str, Any]]:
     return [json.loads(line) for line in DATASET.read_text().splitlines() if line.strip()]
 
 
-def proctor(source: str, reference: dict[str, Any], checks: list[str]) -> tuple[float | None, str]:
+def proctor(
+    source: str, reference: dict[str, Any], checks: list[str], **options: Any
+) -> tuple[float | None, str]:
     """Proctor's reward (None when the status is not ok) and reason for one fenced response."""
     from proctor.verifiers.verilog.verifier import SPEC
 
     verdict = SPEC.score(
-        f"```verilog\n{source}```", SPEC.parse_reference(reference), SPEC.parse_options({"checks": checks})
+        f"```verilog\n{source}```",
+        SPEC.parse_reference(reference),
+        SPEC.parse_options({"checks": checks, **options}),
     )
     return (verdict.reward if verdict.status.value == "ok" else None), str(verdict.reason)
 
@@ -120,7 +125,8 @@ def agreement(rows: list[dict[str, Any]]) -> dict[str, Any]:
 
     for row in rows:
         ref = row["reference"]
-        got = proctor(row["correct"], ref, ["testbench", "random", "formal"])[0]
+        # a correct design yosys cannot read (formal_unreadable) is not proven: it passes on its simulations
+        got = proctor(row["correct"], ref, ["testbench", "random", "formal"], formal_inconclusive="pass")[0]
         count("correct (expect 1)", got == 1.0, verilogeval(row["correct"], ref) == 1.0)
         got_wrong = proctor(row["wrong"], ref, ["testbench"])[0]
         count("wrong (expect 0)", got_wrong == 0.0, verilogeval(row["wrong"], ref) == 0.0)
