@@ -22,12 +22,14 @@ its number, so a retried request returns the stored answer instead of running th
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import json
 import os
 import random
 import threading
 import time
 import uuid
+from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any
 
@@ -211,6 +213,31 @@ def _replica_url(response: httpx.Response) -> str | None:
     return None
 
 
+def may_follow(base_url: str, replica_url: str, follow: bool | Collection[str]) -> bool:
+    """Whether a 421 naming `replica_url` may be followed with this client's token.
+
+    Never from https to http. With `follow=True`, only to base_url's own host or to an address literal that is
+    loopback or private (how replicas inside one cluster advertise themselves); with a collection, only to the
+    hosts (`host` or `host:port`) it names. The token goes where the call is followed, so a poisoned session
+    record must not be able to name any host it likes.
+    """
+    if follow is False:
+        return False
+    base, target = httpx.URL(base_url), httpx.URL(replica_url)
+    if target.scheme not in ("http", "https") or (base.scheme == "https" and target.scheme != "https"):
+        return False
+    if follow is not True:
+        allowed = {entry.lower() for entry in follow}
+        return target.host in allowed or f"{target.host}:{target.port}" in allowed
+    if target.host == base.host:
+        return True
+    try:
+        address = ipaddress.ip_address(target.host)
+    except ValueError:
+        return False
+    return address.is_loopback or address.is_private
+
+
 def check_response(response: httpx.Response) -> Any:
     """The JSON body of a success; raises ProctorRequestError (final) or ProctorServerError (retryable)."""
     if response.status_code < 400:
@@ -298,12 +325,14 @@ class Client(_Base):
         max_batch_items: int | None = None,
         max_body_bytes: int | None = None,
         transport: httpx.BaseTransport | None = None,
-        follow_replicas: bool = True,
+        follow_replicas: bool | Collection[str] = True,
     ):
         """Connect to base_url (default $PROCTOR_URL, else http://127.0.0.1:8000) with token (default $PROCTOR_TOKEN).
 
-        follow_replicas: a session step answered 421 (another replica holds the session's state) is sent again
-        to the replica the answer names, with the same token, and the session stays pinned there."""
+        follow_replicas: a session call answered 421 (another replica holds the session's state) is sent again,
+        with the same token, to the replica the answer names, and the session stays pinned there: by default only
+        to base_url's host or a private or loopback address, never from https to http; a collection of hosts
+        (`host` or `host:port`) allows exactly those; False never follows (see `may_follow`)."""
         super().__init__(base_url, token, timeout, max_retries, backoff, max_batch_items, max_body_bytes)
         self.follow_replicas = follow_replicas
         self._http = httpx.Client(
@@ -417,7 +446,7 @@ class AsyncClient(_Base):
         max_batch_items: int | None = None,
         max_body_bytes: int | None = None,
         transport: httpx.AsyncBaseTransport | None = None,
-        follow_replicas: bool = True,
+        follow_replicas: bool | Collection[str] = True,
     ):
         """Connect to base_url (default $PROCTOR_URL, else http://127.0.0.1:8000) with token (default $PROCTOR_TOKEN).
 
@@ -552,9 +581,10 @@ class _RemoteOpened:
         path = f"/v1/sessions/{self.session_id}{suffix}"
         return f"{self.replica_url}{path}" if self.replica_url else path
 
-    def _pin(self, misdirected: ProctorMisdirected, follow: bool) -> bool:
+    def _pin(self, misdirected: ProctorMisdirected, base_url: str, follow: bool | Collection[str]) -> bool:
         """Pin the session to the replica a 421 names; False when it cannot or must not be followed."""
-        if not follow or misdirected.replica_url is None or misdirected.replica_url == self.replica_url:
+        target = misdirected.replica_url
+        if target is None or target == self.replica_url or not may_follow(base_url, target, follow):
             return False
         self.replica_url = misdirected.replica_url
         return True
@@ -572,7 +602,7 @@ class RemoteSession(_RemoteOpened):
         try:
             return self._client._call(method, self._url(suffix), body)
         except ProctorMisdirected as misdirected:
-            if not self._pin(misdirected, self._client.follow_replicas):
+            if not self._pin(misdirected, self._client.base_url, self._client.follow_replicas):
                 raise
         return self._client._call(method, self._url(suffix), body)
 
@@ -614,7 +644,7 @@ class AsyncRemoteSession(_RemoteOpened):
         try:
             return await self._client._call(method, self._url(suffix), body)
         except ProctorMisdirected as misdirected:
-            if not self._pin(misdirected, self._client.follow_replicas):
+            if not self._pin(misdirected, self._client.base_url, self._client.follow_replicas):
                 raise
         return await self._client._call(method, self._url(suffix), body)
 

@@ -6,9 +6,10 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Iterator
 
+import httpx
 import pytest
 
-from proctor.client import AsyncClient, Client, ProctorMisdirected
+from proctor.client import AsyncClient, Client, ProctorMisdirected, RemoteSession, may_follow
 from proctor.environments.tools.orders.environment import ORDERS, gold_transcript
 from tests.conftest import _launch, free_port  # pyright: ignore[reportPrivateUsage]
 from tests.redis_helpers import RedisServer
@@ -105,3 +106,53 @@ def _opened_fields(session) -> dict:
         "limits": session.limits,
         "expires_at": session.expires_at,
     }
+
+
+@pytest.mark.parametrize(
+    ("base", "target", "follow", "expected"),
+    [
+        ("http://lb.example:8000", "http://10.0.0.5:8000", True, True),  # a private replica address
+        ("http://127.0.0.1:8000", "http://127.0.0.1:8001", True, True),
+        ("http://lb.example:8000", "http://lb.example:9000", True, True),  # the same host
+        ("http://lb.example:8000", "http://[fd00::5]:8000", True, True),
+        ("http://lb.example:8000", "http://attacker.example.net", True, False),  # a name that is not ours
+        ("http://lb.example:8000", "http://8.8.8.8:8000", True, False),  # a public address
+        ("https://lb.example", "http://10.0.0.5:8000", True, False),  # never from https to http
+        ("https://lb.example", "https://10.0.0.5:8000", True, True),
+        ("http://lb.example:8000", "ftp://10.0.0.5", True, False),
+        ("http://lb.example:8000", "http://10.0.0.5:8000", False, False),
+        ("http://lb.example:8000", "http://replica-2.internal:8000", ["replica-2.internal"], True),
+        ("http://lb.example:8000", "http://replica-2.internal:8000", ["replica-2.internal:9000"], False),
+        ("http://lb.example:8000", "http://10.0.0.5:8000", ["replica-2.internal"], False),
+    ],
+)
+def test_which_replicas_a_421_may_send_the_token_to(base: str, target: str, follow, expected: bool):
+    assert may_follow(base, target, follow) is expected
+
+
+def test_a_421_naming_a_foreign_host_is_not_followed_and_the_token_stays_home():
+    seen: list[str] = []
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        seen.append(str(request.url.host))
+        body = {
+            "error": {"status": 421, "message": "held by another replica", "field": "session_id"},
+            "replica": "x",
+            "replica_url": "http://attacker.example.net",
+        }
+        return httpx.Response(421, json=body)
+
+    opened = {
+        "session_id": "ses_1",
+        "environment": "e",
+        "messages": [],
+        "tools": [],
+        "limits": {},
+        "expires_at": 0,
+    }
+    with Client("http://lb.example:8000", token="TOPSECRET", transport=httpx.MockTransport(answer)) as client:
+        session = RemoteSession(client, opened)
+        with pytest.raises(ProctorMisdirected) as routed:
+            session.step({"role": "assistant", "content": "hi"})
+    assert routed.value.replica_url == "http://attacker.example.net"
+    assert seen == ["lb.example"] and session.replica_url is None
