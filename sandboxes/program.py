@@ -70,10 +70,13 @@ class ProgramRunner(Protocol):
         *,
         first: int = 0,
         stop_on_failure: bool = False,
+        wall_budget_s: float | None = None,
     ) -> list[CommandResult]:
         """Run test `first + i` on `stdins[i]` under `limits[i]`, in order; with `stop_on_failure` the first
         test that does not end ok ends the batch. A cold batch is one job (its commands named test<index>);
-        the list is shorter when the backend ran fewer commands."""
+        the list is shorter when the backend ran fewer commands. `wall_budget_s`: the wall time the batch may
+        take (warm runners: each test's backstop is cut to what is left and no test starts once it is spent,
+        so the list is shorter; a cold batch is sized by its caller instead)."""
         ...
 
     def close(self) -> None:
@@ -230,6 +233,7 @@ class _OneAtATime:
         *,
         first: int = 0,
         stop_on_failure: bool = False,
+        wall_budget_s: float | None = None,
     ) -> list[CommandResult]:
         results: list[CommandResult] = []
         for stdin, limit in zip(stdins, limits, strict=True):
@@ -275,6 +279,7 @@ class ColdRunner:
         *,
         first: int = 0,
         stop_on_failure: bool = False,
+        wall_budget_s: float | None = None,
     ) -> list[CommandResult]:
         commands = [
             self.build.command(stdin, limit, name=f"test{first + i}")
@@ -310,12 +315,13 @@ class WarmPythonRunner(_OneAtATime):
         *,
         first: int = 0,
         stop_on_failure: bool = False,
+        wall_budget_s: float | None = None,
     ) -> list[CommandResult]:
         tests = [
             BatchTest(stdin=stdin, limits=limit, name=f"test{first + i}")
             for i, (stdin, limit) in enumerate(zip(stdins, limits, strict=True))
         ]
-        results = self.server.run_batch(tests, stop_on_failure=stop_on_failure)
+        results = self.server.run_batch(tests, stop_on_failure=stop_on_failure, wall_budget_s=wall_budget_s)
         return [self.language.judge(result) for result in results]
 
     def close(self) -> None:
@@ -390,6 +396,7 @@ class WarmExecRunner(_OneAtATime):
         *,
         first: int = 0,
         stop_on_failure: bool = False,
+        wall_budget_s: float | None = None,
     ) -> list[CommandResult]:
         assert self.server is not None
         tests = []
@@ -397,7 +404,7 @@ class WarmExecRunner(_OneAtATime):
             command = self.build.command(stdin, limit, name=f"test{first + i}")
             env = self.build.language.env(limit.memory_mb)
             tests.append(BatchTest(stdin, limit, command.name, tuple(command.argv), env))
-        results = self.server.run_batch(tests, stop_on_failure=stop_on_failure)
+        results = self.server.run_batch(tests, stop_on_failure=stop_on_failure, wall_budget_s=wall_budget_s)
         return [self.build.language.judge(result) for result in results]
 
     def close(self) -> None:
@@ -503,11 +510,14 @@ class Submission:
         *,
         first: int = 0,
         stop_on_failure: bool = False,
+        wall_budget_s: float | None = None,
     ) -> list[CommandResult]:
         """Tests `first`, `first + 1`, ... each under its own limits (see `ProgramRunner.run_batch`); a cold
         batch is one job. Raises NotCompiled after a failed compile."""
         self._ready()
-        return self.runner.run_batch(stdins, limits, first=first, stop_on_failure=stop_on_failure)
+        return self.runner.run_batch(
+            stdins, limits, first=first, stop_on_failure=stop_on_failure, wall_budget_s=wall_budget_s
+        )
 
     def run_many(
         self,

@@ -111,6 +111,7 @@ def _relay(
 
 
 MAX_BATCH = 100  # tests in one batch request at most
+MIN_WALL_S = 0.05  # the least wall backstop a test gets from what is left of a batch's wall budget
 
 
 class RaisedLimits(PermissionError):
@@ -842,6 +843,7 @@ class WarmPython:
         tests: Sequence[BatchTest],
         *,
         stop_on_failure: bool = False,
+        wall_budget_s: float | None = None,
     ) -> list[CommandResult]:
         """Run several stdio tests (`BatchTest`: the program itself, or a compiled `argv` with its `env`) in
         order, each in a fresh process exactly as `run`/`execute` would, but sent to the server in one
@@ -850,12 +852,19 @@ class WarmPython:
         not end ok ends the list. Tests are sent together only while they share the jail's limits (memory,
         processes, rlimits); anything a batch cannot attribute to one test (an OOM kill, a lost server) makes
         the host run that batch's tests again one request each, so each verdict is the one a lone request
-        would get."""
+        would get. `wall_budget_s`: the wall time all of them may take (waiting for a CPU not counted): each
+        test's backstop is cut to what is left, and once it is spent no further test starts (the list is
+        shorter; the first test always runs)."""
         if self.mode != "stdio":
             raise ValueError("run_batch() needs mode='stdio'")
         results: list[CommandResult] = []
         index = 0
+        began = time.monotonic()
+        waited = 0.0
         while index < len(tests):
+            left = None if wall_budget_s is None else wall_budget_s - (time.monotonic() - began - waited)
+            if left is not None and results and left <= MIN_WALL_S:
+                break
             group = [tests[index]]
             jail_limits = _jail_limits(self._clamp(tests[index].limits or self.limits))
             while (
@@ -864,8 +873,9 @@ class WarmPython:
                 and _jail_limits(self._clamp(tests[index + len(group)].limits or self.limits)) == jail_limits
             ):
                 group.append(tests[index + len(group)])
-            ran, idle = self._batch(group, stop_on_failure)
+            ran, idle = self._batch(group, stop_on_failure, left)
             results.extend(ran)
+            waited += sum(result.cpu_wait_s for result in ran)
             # A batch also ends early at a full disk or a broken server: the rest go on in a fresh jail. Under
             # stop_on_failure it ends at a test that sat idle longer than its CPU limit, and so does the list.
             if not ran or idle or (stop_on_failure and ran[-1].verdict is not RunVerdict.ok):
@@ -873,7 +883,9 @@ class WarmPython:
             index += len(ran)
         return results
 
-    def _batch(self, tests: Sequence[BatchTest], stop_on_failure: bool) -> tuple[list[CommandResult], bool]:
+    def _batch(
+        self, tests: Sequence[BatchTest], stop_on_failure: bool, wall_budget_s: float | None = None
+    ) -> tuple[list[CommandResult], bool]:
         """One batch request, or one request per test where a batch cannot be used or judged; and whether it
         stopped at a test that sat idle longer than its CPU limit (stop_on_failure)."""
         with self._lock:
@@ -882,13 +894,22 @@ class WarmPython:
                 batched = None
             else:
                 self.tests += len(tests)
-                batched = self._exchange_batch(ready, tests, stop_on_failure)
+                batched = self._exchange_batch(ready, tests, stop_on_failure, wall_budget_s)
         if batched is not None:
             return batched
         results: list[CommandResult] = []
+        began = time.monotonic()
+        waited = 0.0
         for test in tests:
             limits = self._clamp(test.limits or self.limits)
+            if wall_budget_s is not None:
+                left = wall_budget_s - (time.monotonic() - began - waited)
+                if results and left <= MIN_WALL_S:
+                    break
+                if left < limits.wall_backstop_s:
+                    limits = limits.model_copy(update={"wall_s": round(max(MIN_WALL_S, left), 3)})
             _, result = self._request(test.request(), limits, test.name)
+            waited += result.cpu_wait_s
             results.append(result)
             if stop_on_failure and result.verdict is not RunVerdict.ok:
                 break
@@ -897,7 +918,11 @@ class WarmPython:
         return results, False
 
     def _exchange_batch(
-        self, jail: _Jail, tests: Sequence[BatchTest], stop_on_failure: bool
+        self,
+        jail: _Jail,
+        tests: Sequence[BatchTest],
+        stop_on_failure: bool,
+        wall_budget_s: float | None = None,
     ) -> tuple[list[CommandResult], bool] | None:
         """Send `tests` as one batch to a trusted server and judge each reply as `_exchange` would; None when
         the batch must be run again one test at a time (an OOM kill in the jail, which no reply can be matched
@@ -922,6 +947,7 @@ class WarmPython:
             "tests": requests,
             "stop_on_failure": stop_on_failure,
             "full": full,
+            "wall_budget_s": wall_budget_s,
         }
         try:
             jail.set_limits(limits[0])
@@ -932,7 +958,10 @@ class WarmPython:
         started = time.monotonic()
         cap = None if cpu_before is None else cpu_before + sum(x.cpu_s * 1.5 + 0.5 for x in limits)
         max_bytes = sum(8 * (2 * x.output_bytes + x.stderr_bytes) for x in limits) + MB
-        backstop = sum(x.wall_backstop_s for x in limits) + GRACE_S
+        backstop = sum(x.wall_backstop_s for x in limits)
+        if wall_budget_s is not None:  # the server starts no test past the budget; one may run its backstop
+            backstop = min(backstop, wall_budget_s + max(x.wall_backstop_s for x in limits))
+        backstop += GRACE_S
         jail.begin_wait()
         try:
             jail.send(message)

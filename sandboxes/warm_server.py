@@ -915,6 +915,7 @@ _libc = []
 
 
 BATCH_OPS = ("run", "exec")
+MIN_WALL_S = 0.05  # the least wall backstop a batch's test gets from what is left of the batch's budget
 
 
 def run_batch(state, request):
@@ -923,7 +924,18 @@ def run_batch(state, request):
     does not end ok ends the batch under `stop_on_failure`; so does a server failure, and a filesystem (`full`,
     the jail's /box) with no byte or inode left after a test (`full` in that test's reply; the host judges it)."""
     results = []
+    # The caller's wall budget for the whole batch (the code verifier's, less what it spent already): each
+    # test's backstop is cut to what is left of it, time spent waiting for a CPU not counted, and no test
+    # starts once it is spent (the first always runs, with MIN_WALL_S at least).
+    budget = request.get("wall_budget_s")
+    began = time.monotonic()
+    waited = 0.0
     for test in request.get("tests") or []:
+        if budget is not None:
+            left = float(budget) - (time.monotonic() - began - waited)
+            if results and left <= MIN_WALL_S:
+                break
+            test = {**test, "wall_s": min(float(test.get("wall_s") or 1e9), max(MIN_WALL_S, left))}
         if test.get("op") not in BATCH_OPS:
             results.append(server_failure(state, f"a batch holds {test.get('op')!r} requests only as tests"))
             break
@@ -932,6 +944,8 @@ def run_batch(state, request):
         except Exception:
             reply = server_failure(state, traceback.format_exc())
         results.append(reply)
+        with contextlib.suppress(TypeError, ValueError):
+            waited += float(reply.get("cpu_wait_s") or 0.0)
         if reply.get("server_failed") or reply.get("full") or reply.get("tampered"):
             break  # the host replaces the jail: the rest of the tests go to a fresh one
         if request.get("stop_on_failure") and reply.get("verdict") != "ok":

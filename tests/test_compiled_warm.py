@@ -397,3 +397,15 @@ def test_a_test_that_changes_what_was_there_gets_the_next_a_fresh_jail(
         after = jail.run("look")
         assert jail._jail is not first and jail._jail is not None
     assert changed.verdict is RunVerdict.ok and after.stdout == "1023\n", (changed, after)
+
+
+def test_a_batch_keeps_to_its_wall_budget(small: NsjailBackend) -> None:
+    """The code verifier's budget: each test's backstop is cut to what is left, and no test starts once it is
+    spent, so a batch of sleepers cannot run past it (the first always runs)."""
+    with Submission("c", PROGRAM, limits=LIMITS, backend=small) as program:
+        assert program.compile().ok
+        results = program.run_batch(["nap 400"] * 6, [LIMITS] * 6, wall_budget_s=1.0)
+        tiny = program.run_batch(["add 1 2", "add 3 4"], [LIMITS] * 2, wall_budget_s=0.0)
+    assert 1 < len(results) < 6 and results[0].verdict is RunVerdict.ok, results
+    assert sum(r.wall_s - r.cpu_wait_s for r in results) < 1.0 + 0.2, results
+    assert [r.stdout for r in tiny] == ["3\n"]  # the first test runs, with the least backstop

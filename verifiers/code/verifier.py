@@ -712,7 +712,7 @@ class Judge:
                 while index < len(tests.cases):
                     if self._out_of_time(run):
                         return run
-                    batch = self._batch_size(index)
+                    batch = self._batch_size(index, program.warm)
                     cases = tests.cases[index : index + batch]
                     began = self.budget.begin()
                     outputs = self._run_batch(program, index, [c.stdin for c in cases])
@@ -743,16 +743,23 @@ class Judge:
                 checker.close()
         return run
 
-    def _batch_size(self, first: int) -> int:
-        """Cold tests go 25 to a job while the budget covers all their wall backstops, else one at a time."""
+    def _batch_size(self, first: int, warm: bool = False) -> int:
+        """Tests go 25 to a batch. A warm batch keeps to the budget itself (its server cuts each test's backstop
+        to what is left and starts none once it is spent); a cold job cannot, so cold tests go 25 to a job
+        only while the budget covers all their wall backstops, else one at a time."""
         count = min(25, len(self.reference.tests.cases) - first)
+        if warm:
+            return count
         backstops = sum(self.limits_for(first + i).wall_backstop_s for i in range(count))
         return count if backstops <= self.budget.left_s() else 1
 
     def _run_batch(self, program: Submission, first: int, stdins: list[str]) -> list[CommandResult]:
-        """Run tests first, first+1, ... each under its own limits; stops after the first that does not end ok."""
+        """Run tests first, first+1, ... each under its own limits; stops after the first that does not end ok
+        (a warm batch also once the budget is spent: the list is shorter)."""
         limits = [self.budget.limits(self.limits_for(first + offset)) for offset in range(len(stdins))]
-        return program.run_batch(stdins, limits, first=first, stop_on_failure=True)
+        left = self.budget.left_s()
+        budget = None if left == math.inf else left
+        return program.run_batch(stdins, limits, first=first, stop_on_failure=True, wall_budget_s=budget)
 
     def _judge_stdio(
         self, case: StdioCase, result: CommandResult, tests: StdioTests, checker: Checker | None
