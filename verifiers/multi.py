@@ -219,16 +219,23 @@ def combine(reference: MultiReference, rewards: dict[str, float], length: float)
 
 async def score_multi(response: str, reference: MultiReference, options: BaseOptions) -> Verdict:
     """Score every component through the engine at once, then combine their rewards."""
-    from proctor.engine import current_engine, prepare
+    from proctor.engine import current_engine, prepare, request_size
 
     engine = current_engine()
     names = list(reference.components)
-    items = [
-        prepare(
-            {"verifier": c.verifier, "response": response, "reference": c.reference, "options": c.options}
-        )
+    requests = [
+        {"verifier": c.verifier, "response": response, "reference": c.reference, "options": c.options}
         for c in reference.components.values()
     ]
+    # Each prepare cuts end tokens, validates and hashes the whole response and reference: past
+    # inline_max_chars (the engine's measure, as Engine.prepare_async sizes a request) they all run on one
+    # thread, never the event loop. asyncio.to_thread carries the context, so the components still inherit
+    # this item's end tokens.
+    limit = engine.settings.inline_max_chars
+    if len(response) > limit or any(request_size(request, limit).total > limit for request in requests):
+        items = await asyncio.to_thread(lambda: [prepare(request) for request in requests])
+    else:
+        items = [prepare(request) for request in requests]
     scores = await asyncio.gather(*(engine.score_nested(item) for item in items))
     parts = {
         name: {
@@ -246,7 +253,12 @@ async def score_multi(response: str, reference: MultiReference, options: BaseOpt
                 score.status, f"component_{score.status.value}", component=name, components=parts
             )
     rewards = {name: score.reward for name, score in zip(names, scores, strict=True)}
-    length = reference.length if reference.length is not None else float(len(response.split()))
+    if reference.length is not None:
+        length = reference.length
+    elif len(response) > limit:  # counting words reads the whole response: a thread for a large one
+        length = float(await asyncio.to_thread(lambda: len(response.split())))
+    else:
+        length = float(len(response.split()))
     try:
         raw, reward = combine(reference, rewards, length)
     except FormulaError as exc:

@@ -45,9 +45,11 @@ import json
 import math
 import re
 import secrets
+import threading
 import time
+from collections.abc import Callable
 from functools import lru_cache
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, TypeVar
 
 from pydantic import (
     BaseModel,
@@ -61,7 +63,7 @@ from pydantic import (
 )
 
 from proctor.contract import MAX_NESTING, RequestError, Status, Verdict, check_nesting, request_error_from
-from proctor.engine import Engine, current_engine, prepare
+from proctor.engine import Engine, current_engine, measure
 from proctor.registry import BaseOptions, Example, VerifierSpec, register_verifier
 from proctor.sandboxes.backends import resolve_backend
 from proctor.sandboxes.job import Command, File, Job, RunLimits, RunVerdict
@@ -102,6 +104,7 @@ ERROR_FLAGS = (
 GRADER_TYPES = frozenset({"string_check", "text_similarity", "score_model", "label_model", "python", "multi"})
 _TEMPLATE = re.compile(r"\{\{\s*([^{}]*?)\s*\}\}")
 _PATH_PART = re.compile(r"([^.\[\]]+)|\[(\d+)\]")
+T = TypeVar("T")
 
 
 # -- grader specs ------------------------------------------------------------------------------------------
@@ -486,15 +489,72 @@ def _sample_json(sample: str) -> Any:
     return value
 
 
-def render(template: str, item: Any, sample: str) -> str:
-    """Substitute {{item.*}} and {{sample.*}} variables; TemplateError / SampleNotJson when one cannot be."""
+MAX_RENDERED_CHARS = 32 * 1024 * 1024
+"""The characters that all templates of one grader spec may render for one sample, together (every sub-grader
+of a `multi`, every message of a model grader). A variable may repeat, so a small body could otherwise ask for
+gigabytes (`"{{item.a}}" * 4000` over a 200 KB field). Past it from the spec and the item alone: a 422 naming
+the field; past it only with the sample's text: reward 0, `sample_parse_error`. Lengths are counted from the
+parts before any string is built."""
 
-    def substitute(match: re.Match[str]) -> str:
+
+class RenderTooLarge(Exception):
+    """The templates would render past MAX_RENDERED_CHARS; `from_item` is the part the spec and item make."""
+
+    def __init__(self, total: int, from_item: int):
+        super().__init__(total, from_item)
+        self.total = total
+        self.from_item = from_item
+
+
+class _RunState:
+    """What one run_grader call shares with its sub-graders (and their threads): the characters rendered so far,
+    in all and without the sample's text, and whether the inputs are large enough to render off the loop."""
+
+    def __init__(self, large: bool):
+        self.large = large
+        self.rendered = 0
+        self.from_item = 0
+        self.overflow: RenderTooLarge | None = None
+        self.lock = threading.Lock()
+
+    def charge(self, total: int, from_sample: int) -> None:
+        """Count one rendered template; RenderTooLarge once the run would pass MAX_RENDERED_CHARS."""
+        with self.lock:
+            self.rendered += total
+            self.from_item += total - from_sample
+            if self.rendered > MAX_RENDERED_CHARS:
+                self.overflow = RenderTooLarge(self.rendered, self.from_item)
+                raise self.overflow
+
+
+_RUN: contextvars.ContextVar[_RunState | None] = contextvars.ContextVar("openai_grader_run", default=None)
+
+
+def _pieces(template: str, item: Any, sample: str | None) -> tuple[list[str], int]:
+    """The parts `template` renders to (literal text and variable values, not yet joined) and how many of their
+    characters came from the sample; TemplateError / SampleNotJson when a variable cannot be resolved. With
+    `sample` None the sample's variables count as empty (what the spec and item alone render)."""
+    pieces: list[str] = []
+    from_sample = 0
+    # A repeated non-string value is dumped once; the value is kept with its text, so its id is not reused.
+    dumped: dict[int, tuple[Any, str]] = {}
+    position = 0
+    for match in _TEMPLATE.finditer(template):
+        pieces.append(template[position : match.start()])
+        position = match.end()
         full = match.group(1)
         namespace, _, path = full.partition(".")
         if namespace == "item":
             value = _lookup(item, path, full) if path else item
         elif namespace == "sample":
+            if sample is None:
+                if path != "output_text" and not (
+                    path == "output_json" or path.startswith(("output_json.", "output_json["))
+                ):
+                    raise TemplateError(
+                        f"{{{{{full}}}}}: the sample namespace has output_text and output_json"
+                    )
+                continue
             if path == "output_text":
                 value = sample
             elif path == "output_json" or path.startswith(("output_json.", "output_json[")):
@@ -510,9 +570,77 @@ def render(template: str, item: Any, sample: str) -> str:
                 raise TemplateError(f"{{{{{full}}}}}: the sample namespace has output_text and output_json")
         else:
             raise TemplateError(f"{{{{{full}}}}}: only the item and sample namespaces exist")
-        return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+        if isinstance(value, str):
+            text = value
+        else:
+            memo = dumped.get(id(value))
+            if memo is None:
+                memo = dumped[id(value)] = (value, json.dumps(value, ensure_ascii=False))
+            text = memo[1]
+        pieces.append(text)
+        if namespace == "sample":
+            from_sample += len(text)
+    pieces.append(template[position:])
+    return pieces, from_sample
 
-    return _TEMPLATE.sub(substitute, template)
+
+def rendered_chars(template: str, item: Any, sample: str | None = None) -> int:
+    """How many characters `template` renders to, counted from its parts without building the string."""
+    return sum(map(len, _pieces(template, item, sample)[0]))
+
+
+def render(template: str, item: Any, sample: str) -> str:
+    """Substitute {{item.*}} and {{sample.*}} variables; TemplateError / SampleNotJson when one cannot be, and
+    RenderTooLarge, before the string is built, when the run's templates would pass MAX_RENDERED_CHARS."""
+    pieces, from_sample = _pieces(template, item, sample)
+    total = sum(map(len, pieces))
+    run = _RUN.get()
+    if run is not None:
+        run.charge(total, from_sample)
+    elif total > MAX_RENDERED_CHARS:
+        raise RenderTooLarge(total, total - from_sample)
+    return "".join(pieces)
+
+
+def check_render_sizes(grader: Any, item: Any, field: str = "grader") -> None:
+    """What the spec's templates render from the item alone, all together, stays within MAX_RENDERED_CHARS
+    (a 422 naming the template's field otherwise), so the sample's text is all a run can add to it."""
+    total = 0
+    for where, text in _templates(grader, field):
+        if _TEMPLATE.search(text) is None:
+            total += len(text)
+        else:
+            try:
+                total += rendered_chars(text, item)
+            except TemplateError as exc:
+                raise RequestError(422, f"invalid_variable_error: {exc}", "item") from None
+        if total > MAX_RENDERED_CHARS:
+            raise RequestError(
+                422,
+                f"invalid {where}: the spec's templates render over {total} characters from the item, past the "
+                f"bound of {MAX_RENDERED_CHARS} for all templates of one spec (a variable repeated over a long "
+                "item field?)",
+                where,
+            )
+
+
+def _templates(grader: Any, field: str) -> list[tuple[str, str]]:
+    """(field, template) for every template the spec renders at run time."""
+    if isinstance(grader, MultiGrader):
+        return [
+            pair
+            for name, sub in grader.graders.items()
+            for pair in _templates(sub, f"{field}.graders.{name}")
+        ]
+    if isinstance(grader, (StringCheckGrader, TextSimilarityGrader)):
+        return [(f"{field}.input", grader.input), (f"{field}.reference", grader.reference)]
+    if isinstance(grader, (ScoreModelGrader, LabelModelGrader)):
+        out: list[tuple[str, str]] = []
+        for i, message in enumerate(grader.input):
+            out.append((f"{field}.input.{i}.content", _content_text(message.content)))
+            out.extend((f"{field}.input.{i}.content", url) for url in _image_urls(message.content))
+        return out
+    return []
 
 
 def reference_problem(template: str, item: Any) -> str | None:
@@ -530,7 +658,10 @@ def reference_problem(template: str, item: Any) -> str | None:
         namespace, _, path = full.partition(".")
         if namespace == "item" and (_lookup(item, path, full) if path else item) is None:
             return f"{{{{{full}}}}} is null: the item has no reference to compare with"
-    if not _reads_sample(template) and not render(template, item, "").strip():
+    # Whether anything but whitespace renders, read from the parts: no string is built (nor counted).
+    if not _reads_sample(template) and not any(
+        piece and not piece.isspace() for piece in _pieces(template, item, None)[0]
+    ):
         return f"the reference {template!r} renders empty from the item: there is nothing to compare with"
     return None
 
@@ -657,10 +788,23 @@ async def run_grader(
 ) -> Outcome:
     """Run one grader spec on one sample; template problems raise RequestError(422)."""
     if _SAMPLE_JSON.get() is None:  # the outermost call: its sub-graders share one parse of the sample
-        memo = _SAMPLE_JSON.set({})
+        # and one count of what their templates rendered. Past inline_max_chars of sample and item, rendering
+        # (a sample's JSON parse, values dumped, strings joined and compared) runs on a thread, never the loop.
+        large = _large_run(grader, item, sample, engine.settings.inline_max_chars)
+        state = _RunState(large)
+        memo, run = _SAMPLE_JSON.set({}), _RUN.set(state)
         try:
-            return await run_grader(grader, item, sample, engine, judge)
+            outcome = await run_grader(grader, item, sample, engine, judge)
+            if state.overflow is not None and not outcome.server_failure:
+                # The sample took the run past the bound: the whole spec is graded 0, not just the sub-grader
+                # that happened to render last (a formula such as `good * (1 - banned)` would otherwise pay a
+                # sample for being long enough to knock out the check that penalises it).
+                outcome.reward = 0.0
+                outcome.errors["sample_parse_error"] = True
+                outcome.scores["sample_parse_error"] = _overflow_message(state.overflow)
+            return outcome
         finally:
+            _RUN.reset(run)
             _SAMPLE_JSON.reset(memo)
     outcome = Outcome(grader)
     try:
@@ -684,7 +828,54 @@ async def run_grader(
         outcome.errors["sample_parse_error"] = True
         outcome.scores["sample_image_error"] = str(exc)
         outcome.reward = 0.0
+    except RenderTooLarge as exc:
+        if exc.from_item > MAX_RENDERED_CHARS:  # the spec and item alone: the request's fault, never a grade
+            raise RequestError(
+                422,
+                f"invalid item: the spec's templates render over {exc.from_item} characters from the item, past "
+                f"the bound of {MAX_RENDERED_CHARS} for all templates of one spec",
+                "item",
+            ) from None
+        # Only the sample's text took it past the bound: the sample is graded 0, as an unusable sample is.
+        outcome.errors["sample_parse_error"] = True
+        outcome.scores["sample_parse_error"] = _overflow_message(exc)
+        outcome.reward = 0.0
     return outcome
+
+
+def _overflow_message(exc: RenderTooLarge) -> str:
+    return (
+        f"the templates would render over {exc.total} characters with this sample, past the bound of "
+        f"{MAX_RENDERED_CHARS}"
+    )
+
+
+def _large_run(grader: Any, item: Any, sample: str, limit: int) -> bool:
+    """Whether rendering this run may take more than `limit` characters' worth of work: the sample, the item or
+    the templates past it, or (all three small, so this count is cheap) what the templates render, each
+    sample variable counted as the whole sample, since a small item repeated can still render megabytes."""
+    templates = [text for _, text in _templates(grader, "grader")]
+    if len(sample) > limit or sum(map(len, templates)) > limit or measure(item, limit).total > limit:
+        return True
+    total = 0
+    for text in templates:
+        try:
+            total += rendered_chars(text, item)
+        except TemplateError:
+            return False  # run_grader answers it (a 422) when the template is rendered
+        total += len(sample) * sum(match.group(1).startswith("sample") for match in _TEMPLATE.finditer(text))
+        if total > limit:
+            return True
+    return False
+
+
+async def _off_loop(function: Callable[..., T], *args: Any) -> T:
+    """`function(*args)` on a thread when this run's inputs are large (see run_grader), else here; the
+    context (the run's shared parse and count) goes along."""
+    run = _RUN.get()
+    if run is not None and run.large:
+        return await asyncio.to_thread(function, *args)
+    return function(*args)
 
 
 async def _run_multi(
@@ -723,16 +914,24 @@ async def _run_string_check(
     `</think>`, so `ne "Paris"` would pass `Paris</think>Rome` and `eq` would pass `London</think>Paris`. The
     sample has had its end-of-turn tokens cut already (the routes and /v1/score do that for every verifier).
     A reference the item leaves null or empty is a 422 (reference_problem), never a comparison."""
+    outcome.reward = await _off_loop(_string_check_sync, grader, item, sample)
+
+
+def _string_check_sync(grader: StringCheckGrader, item: Any, sample: str) -> float:
     _check_reference(grader, item)
     text, reference = render(grader.input, item, sample), render(grader.reference, item, sample)
-    outcome.reward = float(string_check(grader.operation, text, reference))
+    return float(string_check(grader.operation, text, reference))
+
+
+def _similarity_texts(grader: TextSimilarityGrader, item: Any, sample: str) -> tuple[str, str]:
+    _check_reference(grader, item)
+    return render(grader.input, item, sample), render(grader.reference, item, sample)
 
 
 async def _run_similarity(
     grader: TextSimilarityGrader, item: Any, sample: str, engine: Engine, outcome: Outcome
 ) -> None:
-    _check_reference(grader, item)
-    text, reference = render(grader.input, item, sample), render(grader.reference, item, sample)
+    text, reference = await _off_loop(_similarity_texts, grader, item, sample)
     if not reference.strip():
         raise RequestError(422, "the rendered reference is empty", "grader.reference")
     if grader.evaluation_metric == "meteor":
@@ -747,7 +946,8 @@ async def _run_similarity(
         # The rendered text is compared as it is: end-of-turn cutting is the outer request's business.
         "options": {"metric": TEXT_METRICS[grader.evaluation_metric], "extract": "none", "end_tokens": []},
     }
-    score = await engine.score_nested(prepare(request))
+    # prepare_async: a large rendered text is read (validated, hashed for the cache key) on a thread.
+    score = await engine.score_nested(await engine.prepare_async(request))
     if score.status is not Status.ok:
         flag = "model_grader_server_error" if score.status is Status.judge_error else "other_error"
         outcome.errors[flag] = True
@@ -794,6 +994,13 @@ def check_image_urls(grader: Any, item: Any, field: str = "grader") -> None:
                 rendered_image_url(template, item, "", where)
             except TemplateError as exc:
                 raise RequestError(422, f"invalid_variable_error: {exc}", "item") from None
+            except RenderTooLarge as exc:
+                raise RequestError(
+                    422,
+                    f"invalid {where}: input_image image_url {template[:100]!r} renders {exc.total} characters, "
+                    f"past the bound of {MAX_RENDERED_CHARS}",
+                    where,
+                ) from None
 
 
 def _message_content(message: InputMessage, item: Any, sample: str) -> str | list[dict[str, Any]]:
@@ -978,7 +1185,7 @@ async def _run_model(
     judge: JudgeOverride | None,
     outcome: Outcome,
 ) -> None:
-    messages = _messages(grader, item, sample)
+    messages = await _off_loop(_messages, grader, item, sample)
     settings = get_settings()
     override = judge or JudgeOverride()
     sampling = _sampling(grader.sampling_params)
@@ -1073,6 +1280,7 @@ class GraderReference(BaseModel):
             spec = parse_grader(self.grader)
             check_templates(spec)
             check_item_variables(spec, {} if self.item is None else self.item)
+            check_render_sizes(spec, {} if self.item is None else self.item)
             check_image_urls(spec, {} if self.item is None else self.item)
             self._spec = spec
         except RequestError as exc:

@@ -168,6 +168,30 @@ def prompt_hash(config: JudgeConfig, messages: list[dict[str, Any]], sampling: S
     return hashlib.blake2b(payload.encode("utf-8", "surrogatepass"), digest_size=16).hexdigest()
 
 
+def message_chars(messages: list[dict[str, Any]]) -> int:
+    """The characters of text (and image URLs) in chat messages: what hashing and sending them costs."""
+    total = 0
+    for message in messages:
+        content = message.get("content")
+        parts = [content] if isinstance(content, str) else content if isinstance(content, list) else []
+        for part in parts:
+            if isinstance(part, str):
+                total += len(part)
+            elif isinstance(part, dict):
+                for value in part.values():
+                    if isinstance(value, str):
+                        total += len(value)
+                    elif isinstance(value, dict):  # image_url: {"url": ..., "detail": ...}
+                        total += sum(len(inner) for inner in value.values() if isinstance(inner, str))
+    return total
+
+
+def _large(messages: list[dict[str, Any]]) -> bool:
+    """Past inline_max_chars, the prompt is hashed and encoded on a thread: a judged response may be as long as
+    the body limit, and doing that work once per sample on the event loop would stall every other request."""
+    return message_chars(messages) > get_settings().inline_max_chars
+
+
 CACHE: LRUCache[Reply] = LRUCache(CACHE_ENTRIES)  # only successful calls are kept
 
 
@@ -201,7 +225,10 @@ async def complete(
     config: JudgeConfig, messages: list[dict[str, Any]], sampling: Sampling, sample: int = 0
 ) -> Reply:
     """One judge reply for these messages, from the cache, a call already in flight, or a new call."""
-    key = prompt_hash(config, messages, sampling, sample)
+    if _large(messages):
+        key = await asyncio.to_thread(prompt_hash, config, messages, sampling, sample)
+    else:
+        key = prompt_hash(config, messages, sampling, sample)
     hit = CACHE.get(key)
     if hit is not None:
         STATS.add(cache_hits=1)
@@ -249,6 +276,10 @@ async def _call(
 ) -> Reply:
     body = {"model": config.model, "messages": messages, **sampling.payload()}
     headers = {"Authorization": f"Bearer {config.api_key}"} if config.api_key else {}
+    content: bytes | None = None
+    if _large(messages):  # encoded once, on a thread, and sent as it is with every retry
+        content = await asyncio.to_thread(lambda: json.dumps(body).encode("ascii"))
+        headers["Content-Type"] = "application/json"
     give_up_at = time.monotonic() + config.retry_budget_s
     attempt = 0
     while True:
@@ -257,9 +288,14 @@ async def _call(
         try:
             async with state.semaphore:
                 STATS.add(sent=1)
-                response = await state.client.post(
-                    config.url, json=body, headers=headers, timeout=config.timeout_s
-                )
+                if content is None:
+                    response = await state.client.post(
+                        config.url, json=body, headers=headers, timeout=config.timeout_s
+                    )
+                else:
+                    response = await state.client.post(
+                        config.url, content=content, headers=headers, timeout=config.timeout_s
+                    )
         except httpx.InvalidURL as exc:
             raise JudgeError("judge_bad_url", f"{config.url}: {exc}", attempt) from None
         except httpx.TimeoutException as exc:

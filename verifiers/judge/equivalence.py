@@ -12,6 +12,7 @@ verifier is the "judge after rules" fallback of general-verifier setups.
 
 from __future__ import annotations
 
+import asyncio
 import re
 from typing import Any, Literal
 
@@ -88,8 +89,14 @@ def is_contentless(answer: str) -> bool:
 async def _rule_verdict(response: str, gold: str, verifier: str) -> dict[str, Any] | None:
     from proctor.engine import current_engine, prepare
 
+    request = {"verifier": verifier, "response": response, "reference": gold}
     try:
-        item = prepare({"verifier": verifier, "response": response, "reference": gold})
+        # Past inline_max_chars the rule's prepare (end-token cut, validation, the cache key's hash over the
+        # whole response) runs on a thread; to_thread carries the context, so the outer end tokens still apply.
+        if len(response) > current_engine().settings.inline_max_chars:
+            item = await asyncio.to_thread(prepare, request)
+        else:
+            item = prepare(request)
     except RequestError as exc:  # a gold the rules cannot read: the judge decides alone
         return {"verifier": verifier, "skipped": exc.message}
     score = await current_engine().score_nested(item)
@@ -105,7 +112,12 @@ async def score_equivalence(
     response: str, reference: EquivalenceReference, options: EquivalenceOptions
 ) -> Verdict:
     """Rules first; then the judge on the extracted answer and the gold only."""
-    answer = extract_final(response, options.extract)
+    from proctor.engine import current_engine
+
+    if len(response) > current_engine().settings.inline_max_chars:  # extraction reads it all: a thread
+        answer = await asyncio.to_thread(extract_final, response, options.extract)
+    else:
+        answer = extract_final(response, options.extract)
     details: dict[str, Any] = {"extracted": clip(answer)}
     if answer is None or is_contentless(answer):
         return Verdict.wrong("no_answer", **details)
