@@ -75,6 +75,17 @@ def check_bind(settings: Settings) -> None:
         )
 
 
+def check_sandbox(settings: Settings) -> None:
+    """Raise SystemExit with one readable line when unjailed programs could reach the shared Redis's secrets."""
+    # A `local` program runs as this user on the host: it can read PROCTOR_TOKEN, PROCTOR_CACHE_SECRET and the
+    # Redis URL (its password) from its parent's /proc/<pid>/environ, then plant signed scores for itself.
+    if settings.sandbox_backend == "local" and settings.redis_url:
+        raise SystemExit(
+            "proctor: refusing PROCTOR_SANDBOX_BACKEND=local with PROCTOR_REDIS_URL "
+            "(unjailed programs could read the Redis password and cache secret; use nsjail or docker)"
+        )
+
+
 def export_settings(settings: Settings) -> None:
     """Write the settings to PROCTOR_* variables, so worker processes (uvicorn's and the pool's) read the same."""
     for name, value in settings.model_dump().items():
@@ -227,6 +238,7 @@ def create_worker_app() -> FastAPI:
 def serve(settings: Settings) -> None:
     """Serve until interrupted; with workers > 1 each uvicorn worker builds its own app from the environment."""
     check_bind(settings)
+    check_sandbox(settings)
     import uvicorn
 
     export_settings(settings)

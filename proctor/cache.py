@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import importlib.util
 import json
 import logging
+import os
 import re
 import sys
 import threading
@@ -112,16 +114,102 @@ SCORING_SETTINGS = (
 cache's namespace, so a replica configured (or built) differently never serves another's scores."""
 
 
+PACKAGE_ROOT = os.path.dirname(os.path.abspath(__file__))
+"""The installed proctor package, whose files name the code part of the namespace (`code_fingerprint`)."""
+
+_SKIPPED_DIRS = frozenset({"__pycache__", ".git", ".mypy_cache", ".pytest_cache", ".ruff_cache"})
+_SKIPPED_SUFFIXES = (".pyc", ".pyo", ".swp", "~")
+
+
+def fingerprinted_files(root: str) -> list[str]:
+    """The files under `root` that name its code: sorted relative paths, linked folders followed
+    (proctor/verifiers -> ../verifiers), caches and byte code left out."""
+    found: list[str] = []
+    seen: set[tuple[int, int]] = set()
+    for folder, dirs, files in os.walk(root, followlinks=True):
+        here = os.stat(folder)
+        if (here.st_dev, here.st_ino) in seen:  # a link back up the tree: walk each folder once
+            dirs[:] = []
+            continue
+        seen.add((here.st_dev, here.st_ino))
+        dirs[:] = [name for name in dirs if name not in _SKIPPED_DIRS and not name.startswith(".")]
+        for name in files:
+            if name.startswith(".") or name.endswith(_SKIPPED_SUFFIXES):
+                continue
+            path = os.path.join(folder, name)
+            if os.path.isfile(path):
+                found.append(os.path.relpath(path, root).replace(os.sep, "/"))
+    return sorted(found)
+
+
+def tree_fingerprint(root: str) -> str:
+    """A hash of the relative paths and contents of `root`'s files (`fingerprinted_files`): any change to a
+    module or a data file a verifier reads (a fixed reward hack) changes it, whatever the version says."""
+    digest = hashlib.blake2b(digest_size=16)
+    for relative in fingerprinted_files(root):
+        try:
+            with open(os.path.join(root, relative), "rb") as handle:
+                data = handle.read()
+        except OSError:  # removed or unreadable since the walk: it names no code this process runs
+            continue
+        digest.update(relative.encode("utf-8", "surrogateescape") + b"\0")
+        digest.update(len(data).to_bytes(8, "big"))
+        digest.update(data)
+    return digest.hexdigest()
+
+
+_fingerprints: dict[str, str] = {}
+_fingerprints_lock = threading.Lock()
+
+
+def code_fingerprint(root: str | None = None) -> str:
+    """`tree_fingerprint` of the proctor package (or `root`), computed once per process and root."""
+    root = root or PACKAGE_ROOT
+    with _fingerprints_lock:  # engines built on several threads at once hash the tree once
+        found = _fingerprints.get(root)
+        if found is None:
+            found = _fingerprints[root] = tree_fingerprint(root)
+        return found
+
+
+def _plugin_fingerprint(module: str) -> str:
+    """The code of a plugin outside the package: its module file, or its package's folder."""
+    try:
+        spec = importlib.util.find_spec(module)
+    except (ImportError, ValueError):
+        spec = None
+    if spec is None:
+        return "missing"
+    locations = list(spec.submodule_search_locations or [])
+    if locations:
+        return ",".join(code_fingerprint(os.path.abspath(location)) for location in locations)
+    if spec.origin and os.path.isfile(spec.origin):
+        with open(spec.origin, "rb") as handle:
+            return hashlib.blake2b(handle.read(), digest_size=16).hexdigest()
+    return "unknown"
+
+
 def scoring_namespace(settings: Settings) -> str:
-    """A short hash of proctor's version, the scoring-relevant settings and the plugins: the shared key's prefix."""
+    """A short hash of proctor's code and version, the scoring-relevant settings and the plugins (their code
+    too): the shared key's prefix.
+
+    Hashes the package's files once per process (`code_fingerprint`), so call it only where a shared cache
+    or single-flight is configured."""
     # The package is loaded before any of its modules; read its version without importing it from here
     # (proctor/__init__ pulls in the environments, which this layer must not depend on).
     version = getattr(sys.modules.get("proctor"), "__version__", "unknown")
     plugins = sorted(name.strip() for name in settings.plugins.split(",") if name.strip())
+    inside = "proctor."  # the package's own modules are in its fingerprint already
     payload = json.dumps(
         {
             "version": version,
+            # Verifiers change verdicts without bumping VERSION: the code itself names the namespace, so a
+            # replica upgraded past a reward hack never serves the scores the hack was paid under.
+            "code": code_fingerprint(PACKAGE_ROOT),
             "plugins": plugins,
+            "plugin_code": {
+                name: _plugin_fingerprint(name) for name in plugins if not name.startswith(inside)
+            },
             **{name: _without_passwords(getattr(settings, name)) for name in SCORING_SETTINGS},
         },
         sort_keys=True,

@@ -441,8 +441,9 @@ class Engine:
         PROCTOR_REDIS_CACHE_URL names another, the second cache level)."""
         self.signer = CacheSigner(cache_secret(self.settings))
         """Seals what replicas read from each other (scores, single-flight failures): PROCTOR_CACHE_SECRET."""
-        self.namespace = scoring_namespace(self.settings)
-        """Version, plugins and scoring settings: replicas that differ in them share no scores or flights."""
+        # Hashes the package's files (once per process): only a service sharing Redis needs it.
+        self.namespace = scoring_namespace(self.settings) if self.settings.redis_url else ""
+        """Code, version, plugins and scoring settings: replicas that differ in them share no scores or flights."""
         self._flight_waiters = 0
         self._flight_waiters_lock = threading.Lock()  # async verifiers nest items from another loop's thread
         if cache is None:
@@ -653,18 +654,20 @@ class Engine:
         return f"flight:{self.namespace}:{key}"
 
     def flight_result_name(self, key: str) -> str:
-        """Where a holder leaves a result that is not `ok` for the duplicates waiting on it."""
+        """Where a holder leaves, for the duplicates waiting on it, a result the shared cache does not hold."""
         return f"flight-result:{self.namespace}:{key}"
 
     def _landed(self, item: Prepared) -> Score | None:
-        """The holder's `ok` score, once it is in the shared cache (signed), as this item's cached Score."""
+        """The holder's `ok` score, once it is in this process's cache (a holder here) or the shared one
+        (signed), as this item's cached Score."""
         cache = self.cache
-        if isinstance(cache, TieredCache) and not cache.peek(item.key):
+        if isinstance(cache, TieredCache) and cache.local.get(item.key) is None and not cache.peek(item.key):
             return None
         return self._cached(item)
 
-    def _flight_failure(self, item: Prepared) -> Score | None:
-        """The failure a holder this item waited on left for it (sealed, never `ok`), as this item's Score."""
+    def _flight_result(self, item: Prepared) -> Score | None:
+        """The result a holder this item waited on left for it (sealed: a failure, or an `ok` score the shared
+        cache could not take), as this item's Score."""
         shared = self.shared
         if shared is None:
             return None
@@ -673,16 +676,21 @@ class Engine:
         if raw is None:
             return None
         score = open_score(self.signer, shared.key(name), raw)
-        if score is None or score.status is Status.ok:  # an ok verdict is shared only through the cache
+        # The MAC covers the full key (namespace and item), so only this flight's holder can have sealed it.
+        if score is None:  # unsigned, badly signed or unreadable: never written by a replica with our secret
             shared.observer.shared_cache("rejected")
             return None
+        cache = self.cache
+        if score.status is Status.ok and isinstance(cache, TieredCache):  # later duplicates here: a local hit
+            cache.local.put(item.key, score.model_copy(deep=True))
         score = score.model_copy(
             update={"id": item.id, "cached": True, "elapsed_ms": _ms_since(item.started)}, deep=True
         )
         return _with_cut(score, item)
 
-    def _publish_failure(self, item: Prepared, score: Score) -> None:
-        """Leave a result that is not `ok` for this flight's waiters, for FLIGHT_RESULT_TTL_MS only."""
+    def _publish_result(self, item: Prepared, score: Score) -> None:
+        """Leave this flight's result for its waiters, for FLIGHT_RESULT_TTL_MS only: every failure, and an
+        `ok` score when the shared cache (maybe a Redis of its own, PROCTOR_REDIS_CACHE_URL) did not take it."""
         shared = self.shared
         if shared is None:
             return
@@ -691,6 +699,14 @@ class Engine:
         name = self.flight_result_name(item.key)
         sealed = self.signer.seal(shared.key(name), stored.model_dump_json())
         shared.set(name, sealed, FLIGHT_RESULT_TTL_MS, op="flight_result")
+
+    def _shared_cache_took(self) -> bool:
+        """Whether the `ok` score `_finish` just wrote through reached the shared cache: its Redis answered.
+
+        No await comes between that write and this look, so no request on this loop changed the state; a call
+        on another thread may, and then the waiters run the item themselves, as with no result at all."""
+        cache = self.cache
+        return not isinstance(cache, TieredCache) or cache.shared.available
 
     async def _single_flight(
         self,
@@ -725,7 +741,7 @@ class Engine:
                 if taken:
                     # Another holder may have finished between our look-up and our lock: never run it twice.
                     # Its failure is taken only by a waiter: a request that came after it runs the item anew.
-                    found = self._landed(item) or (self._flight_failure(item) if waited else None)
+                    found = self._landed(item) or (self._flight_result(item) if waited else None)
                     if found is not None:
                         shared.unlock(name, token)
                         shared.observer.single_flight("waited")
@@ -739,11 +755,11 @@ class Engine:
                     shared.observer.single_flight("took_over" if waited else "owner")
                     async with shared.renewing(name, token, FLIGHT_LEASE_MS):
                         score = await run()
-                        if score.status is not Status.ok:
-                            self._publish_failure(item, score)
+                        if score.status is not Status.ok or not self._shared_cache_took():
+                            self._publish_result(item, score)
                         return score
             waited = True
-            found = self._landed(item) or self._flight_failure(item)
+            found = self._landed(item) or self._flight_result(item)
             if found is not None:
                 shared.observer.single_flight("waited")
                 return found

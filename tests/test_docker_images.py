@@ -92,6 +92,7 @@ def compose() -> dict:
     """The compose file as docker-compose resolves it, with a token, a database and a Redis password set."""
     done = compose_config(
         PROCTOR_TOKEN=TOKEN,
+        PROCTOR_CACHE_SECRET="cache-secret",
         POSTGRES_PASSWORD="pg-secret",
         REDIS_PASSWORD="redis-secret",
         PROCTOR_REPLICAS="4",
@@ -118,6 +119,7 @@ def test_replicas_share_redis_and_postgres_by_service_name(compose: dict) -> Non
     assert env["PROCTOR_REDIS_CACHE_URL"] == "redis://:redis-secret@redis-cache:6379/0"
     assert env["PROCTOR_DATABASE_URL"] == "postgresql+psycopg://proctor:pg-secret@postgres:5432/proctor"
     assert env["PROCTOR_TOKEN"] == TOKEN and env["PROCTOR_HOST"] == "0.0.0.0"
+    assert env["PROCTOR_CACHE_SECRET"] == "cache-secret"  # its own secret: rollout workers hold the token
     postgres = services["postgres"]["environment"]
     assert (postgres["POSTGRES_USER"], postgres["POSTGRES_DB"], postgres["POSTGRES_PASSWORD"]) == (
         "proctor",
@@ -150,12 +152,15 @@ def test_proxy_config_is_mounted_and_forwards_to_the_replicas(compose: dict) -> 
 
 
 def test_compose_refuses_to_run_without_a_token_or_password() -> None:
-    no_token = compose_config(POSTGRES_PASSWORD="pg-secret", REDIS_PASSWORD="redis-secret")
-    assert no_token.returncode != 0 and "PROCTOR_TOKEN" in no_token.stderr
-    no_password = compose_config(PROCTOR_TOKEN=TOKEN, REDIS_PASSWORD="redis-secret")
-    assert no_password.returncode != 0 and "POSTGRES_PASSWORD" in no_password.stderr
-    no_redis_password = compose_config(PROCTOR_TOKEN=TOKEN, POSTGRES_PASSWORD="pg-secret")
-    assert no_redis_password.returncode != 0 and "REDIS_PASSWORD" in no_redis_password.stderr
+    every = {
+        "PROCTOR_TOKEN": TOKEN,
+        "PROCTOR_CACHE_SECRET": "cache-secret",
+        "POSTGRES_PASSWORD": "pg-secret",
+        "REDIS_PASSWORD": "redis-secret",
+    }
+    for missing in every:
+        done = compose_config(**{name: value for name, value in every.items() if name != missing})
+        assert done.returncode != 0 and missing in done.stderr, missing
 
 
 def test_toolchain_image_installs_every_toolchain_the_setup_lists() -> None:

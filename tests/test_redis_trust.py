@@ -16,6 +16,7 @@ import contextlib
 import logging
 import shutil
 import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -24,8 +25,10 @@ import pytest
 import yaml
 
 import proctor
+import proctor.cache as cache_module
 import proctor.engine as engine_module
 from proctor.api.metrics import Metrics
+from proctor.api.server import check_sandbox
 from proctor.cache import (
     SCORING_SETTINGS,
     CacheSigner,
@@ -39,6 +42,7 @@ from proctor.engine import Engine
 from proctor.redis_backend import SharedRedis, disconnect
 from proctor.settings import Settings
 from proctor.worker_pool import WorkerPool
+from tests.conftest import free_port, server_env
 from tests.redis_helpers import RedisServer, metric_value, private_redis
 
 REPO = Path(__file__).resolve().parents[1]
@@ -244,8 +248,52 @@ def test_version_plugins_and_every_scoring_setting_change_the_namespace(monkeypa
     assert scoring_namespace(base) not in seen
 
 
+def fake_package(root: Path, verifier_source: str) -> Path:
+    """A package laid out as proctor is: its own modules, and a folder linked in from the top level."""
+    (root / "verifiers").mkdir(parents=True)
+    (root / "verifiers" / "judge.py").write_text(verifier_source)
+    (root / "verifiers" / "answers.jsonl").write_text('{"a": 1}\n')
+    package = root / "proctor"
+    package.mkdir()
+    (package / "__init__.py").write_text('__version__ = "0.1.0"\n')
+    (package / "verifiers").symlink_to("../verifiers")
+    return package
+
+
+def test_a_changed_source_file_under_the_same_version_changes_the_namespace(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """Verifiers change verdicts without bumping VERSION: the package's files name the namespace, linked
+    folders and the data files in them included, byte code and caches not."""
+    fixed = fake_package(tmp_path / "fixed", "def score(r):\n    return r == 'right'\n")
+    hackable = fake_package(tmp_path / "hackable", "def score(r):\n    return 'right' in r\n")
+    assert cache_module.fingerprinted_files(str(fixed)) == [
+        "__init__.py",
+        "verifiers/answers.jsonl",
+        "verifiers/judge.py",
+    ]
+    settings = Settings(plugins="tests.plugins.slow")
+    namespaces = {}
+    for name, package in (("fixed", fixed), ("hackable", hackable)):
+        monkeypatch.setattr(cache_module, "PACKAGE_ROOT", str(package))
+        namespaces[name] = scoring_namespace(settings)
+    assert namespaces["fixed"] != namespaces["hackable"]
+    (fixed / "__pycache__").mkdir()
+    (fixed / "__pycache__" / "x.cpython-311.pyc").write_bytes(b"\0" * 16)
+    (fixed.parent / "verifiers" / "__pycache__").mkdir()
+    (fixed.parent / "verifiers" / "__pycache__" / "judge.pyc").write_bytes(b"\1")
+    assert cache_module.tree_fingerprint(str(fixed)) == cache_module.code_fingerprint(str(fixed))
+    (fixed.parent / "verifiers" / "answers.jsonl").write_text('{"a": 2}\n')  # a data file a verifier reads
+    assert cache_module.tree_fingerprint(str(fixed)) != cache_module.code_fingerprint(str(fixed))
+    # The real package: the linked folders are followed, to the verifiers' modules and the datasets.
+    files = cache_module.fingerprinted_files(str(Path(proctor.__file__).parent))
+    assert "cache.py" in files and "verifiers/verilog/verifier.py" in files and "api/server.py" in files
+    assert any(name.startswith("datasets/") and name.endswith(".jsonl") for name in files)
+    assert not any("__pycache__" in name or name.endswith(".pyc") for name in files)
+
+
 def test_a_judge_model_change_or_an_upgrade_serves_no_stale_score(
-    redis_server: RedisServer, monkeypatch: pytest.MonkeyPatch
+    redis_server: RedisServer, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ):
     request = {"verifier": "text.match", "response": "Answer: 4", "reference": "4"}
 
@@ -260,6 +308,11 @@ def test_a_judge_model_change_or_an_upgrade_serves_no_stale_score(
         assert not score_once(judge_model="m1").cached
         assert score_once(judge_model="m1").cached  # same configuration: shared (and nothing local carried)
         assert not score_once(judge_model="m2").cached
+        # New code under the old version (a verifier fixed without a VERSION bump): nothing stale is served.
+        with monkeypatch.context() as patched:
+            patched.setattr(cache_module, "PACKAGE_ROOT", str(fake_package(tmp_path, "fixed = True\n")))
+            assert not score_once(judge_model="m1").cached
+            assert score_once(judge_model="m1").cached
         monkeypatch.setattr(proctor, "__version__", "99.0.0")
         assert not score_once(judge_model="m1").cached
     finally:
@@ -323,7 +376,7 @@ async def test_a_failing_item_runs_once_for_every_duplicate_on_two_engines(
 async def test_a_request_after_a_failed_flight_runs_it_anew_and_a_forged_failure_is_no_reward(
     redis_server: RedisServer, pool: WorkerPool
 ):
-    engine = engine_on(redis_server.url, pool)
+    engine = engine_on(redis_server.url, pool, cache_secret=SECRET)
     runs = submitted(pool)
     try:
         shared = engine.shared
@@ -336,18 +389,79 @@ async def test_a_request_after_a_failed_flight_runs_it_anew_and_a_forged_failure
         again = await engine.score_async(engine.prepare({**sleeper(), "response": "raise"}))
         assert again.status is Status.verifier_error and not again.cached  # it did not wait: it ran again
         assert submitted(pool) - runs == 2
-        # An `ok` verdict planted as a flight result, even signed, is never taken: the waiter runs the item.
+        # An `ok` 1.0 planted as this flight's result, unsigned, signed with another secret, or a genuine one
+        # copied from another item's flight, is never taken: the waiter runs the item.
         wrong = engine.prepare({**sleeper(), "response": "wrong"})
-        name = engine.flight_result_name(wrong.key)
-        redis_server.client().set(
-            shared.key(name), engine.signer.seal(shared.key(name), ok_score(1.0).model_dump_json())
-        )
-        redis_server.client().set(shared.key(engine.flight_name(wrong.key)), "dead-holder", px=300)
-        scored = await engine.score_async(wrong)
-        assert scored.status is Status.ok and scored.reward == 0.0 and not scored.cached
-        assert submitted(pool) - runs == 3
+        name = shared.key(engine.flight_result_name(wrong.key))
+        elsewhere = shared.key(engine.flight_result_name(item.key))
+        forgeries = [
+            CacheSigner(None).seal(name, ok_score(1.0).model_dump_json()),
+            CacheSigner(cache_secret(Settings(cache_secret="another"))).seal(
+                name, ok_score(1.0).model_dump_json()
+            ),
+            engine.signer.seal(elsewhere, ok_score(1.0).model_dump_json()),
+        ]
+        for number, forged in enumerate(forgeries, start=3):
+            redis_server.client().set(name, forged)
+            redis_server.client().set(shared.key(engine.flight_name(wrong.key)), "dead-holder", px=300)
+            scored = await engine.score_async(wrong)
+            assert scored.status is Status.ok and scored.reward == 0.0 and not scored.cached
+            assert submitted(pool) - runs == number
+            engine.cache.local.clear()  # type: ignore[attr-defined]
+            redis_server.client().delete(shared.key(engine.cache.shared_key(wrong.key)))  # type: ignore[attr-defined]
     finally:
         disconnect(redis_server.url)
+
+
+async def test_with_the_cache_redis_down_an_ok_item_still_runs_once_for_every_duplicate(
+    tmp_path: Path, pool: WorkerPool
+):
+    """The lock Redis is up, the cache Redis (PROCTOR_REDIS_CACHE_URL) stopped: the holder's `ok` score cannot
+    be cached in Redis, so it is left sealed under the flight result. Two engines with 4 identical items each:
+    one run in all, duplicates on the holder's engine read its local cache, the other engine's the flight
+    result; a duplicate that came later runs it anew (an ok flight result is only for the flight's waiters)."""
+    locks_dir, cache_dir = tmp_path / "locks", tmp_path / "cache"
+    locks_dir.mkdir()
+    cache_dir.mkdir()
+    lock_servers, cache_servers = private_redis(locks_dir), private_redis(cache_dir)
+    locks, cache = next(lock_servers), next(cache_servers)
+    cache.stop()  # a closed port from here on
+    other_url = locks.url.replace("127.0.0.1", "localhost")
+    first = engine_on(locks.url, pool, redis_cache_url=cache.url, cache_secret=SECRET)
+    second = engine_on(other_url, pool, redis_cache_url=cache.url, cache_secret=SECRET)
+    runs = submitted(pool)
+    try:
+        assert first.shared is not None and second.shared is not None and first.shared is not second.shared
+        heard = Recorder(), Recorder()
+        first.shared.observer, second.shared.observer = heard
+        nap = {"verifier": "test.misbehave", "response": "nap", "reference": "cache-down"}
+        batch = [{**nap, "id": n} for n in range(4)]
+        results = await asyncio.gather(first.score_batch_async(batch), second.score_batch_async(batch))
+        scores = [score for result in results for score in result]
+        assert all(isinstance(s, Score) and s.status is Status.ok and s.reward == 1.0 for s in scores), scores
+        assert submitted(pool) - runs == 1
+        assert sorted(heard[0].of("flight") + heard[1].of("flight")) == ["owner"] + ["waited"] * 7
+        assert sum(1 for s in scores if isinstance(s, Score) and s.cached) == 7
+        pids = {s.details["pid"] for s in scores if isinstance(s, Score)}
+        assert len(pids) == 1  # every answer is the one run's
+        item = first.prepare(nap)
+        name = first.shared.key(first.flight_result_name(item.key))
+        raw = locks.client().get(name)
+        assert raw is not None and first.signer.open(name, raw) is not None  # sealed, and short-lived
+        assert 0 < locks.client().pttl(name) <= engine_module.FLIGHT_RESULT_TTL_MS
+        for engine in (first, second):  # both keep it locally for later duplicates
+            assert isinstance(engine.cache, TieredCache) and engine.cache.local.get(item.key) is not None
+        # A later request that did not wait on that flight runs the item (it was never in a shared cache).
+        third = engine_on(locks.url, pool, redis_cache_url=cache.url, cache_secret=SECRET)
+        again = await third.score_async(third.prepare(nap))
+        assert again.status is Status.ok and not again.cached
+        assert submitted(pool) - runs == 2
+    finally:
+        for url in (locks.url, other_url, cache.url):
+            disconnect(url)
+        for servers in (lock_servers, cache_servers):
+            with contextlib.suppress(StopIteration):
+                next(servers)
 
 
 async def test_waiters_leave_the_batch_window_to_items_that_can_run(
@@ -388,6 +502,27 @@ async def test_waiters_leave_the_batch_window_to_items_that_can_run(
         disconnect(redis_server.url)
 
 
+# -- unjailed programs beside a shared Redis (rt20b finding 7) ------------------------------------------------
+
+
+def test_the_service_refuses_local_sandboxes_when_it_shares_redis():
+    """A `local` program runs as the service's user and can read its parent's environment: the token, the cache
+    secret and the Redis password. With Redis configured, the service does not start: one readable line."""
+    check_sandbox(Settings(sandbox_backend="local"))  # a single process: nothing to plant scores in
+    check_sandbox(Settings(sandbox_backend="nsjail", redis_url="redis://127.0.0.1:1/0"))
+    env = server_env(
+        free_port(), PROCTOR_SANDBOX_BACKEND="local", PROCTOR_REDIS_URL="redis://:pw@127.0.0.1:1/0"
+    )
+    done = subprocess.run(
+        [sys.executable, "-m", "proctor.api"], cwd=REPO, env=env, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode != 0
+    assert done.stderr.strip().splitlines() == [
+        "proctor: refusing PROCTOR_SANDBOX_BACKEND=local with PROCTOR_REDIS_URL "
+        "(unjailed programs could read the Redis password and cache secret; use nsjail or docker)"
+    ]
+
+
 # -- the compose file (findings 2 and 15) ----------------------------------------------------------------------
 
 
@@ -398,6 +533,7 @@ def test_compose_gives_each_redis_a_password_and_only_the_cache_eviction():
     env = {
         "PATH": "/usr/bin:/bin",
         "PROCTOR_TOKEN": "t" * 32,
+        "PROCTOR_CACHE_SECRET": "c" * 32,
         "POSTGRES_PASSWORD": "pg",
         "REDIS_PASSWORD": "redis-pw-7q",
     }
