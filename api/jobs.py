@@ -141,10 +141,16 @@ class JobService:
             return self.runner
 
     def limits(self) -> JobLimits:
-        """How much one job may store (PROCTOR_JOBS_MAX_ROWS, PROCTOR_JOBS_MAX_BYTES)."""
+        """How much one job may store (PROCTOR_JOBS_MAX_ROWS, PROCTOR_JOBS_MAX_BYTES), and one caller's jobs
+        in all (PROCTOR_JOBS_MAX_ACTIVE, PROCTOR_JOBS_MAX_STORED_BYTES)."""
         from proctor.jobs import JobLimits
 
-        return JobLimits(max_rows=self.settings.jobs_max_rows, max_bytes=self.settings.jobs_max_bytes)
+        return JobLimits(
+            max_rows=self.settings.jobs_max_rows,
+            max_bytes=self.settings.jobs_max_bytes,
+            max_active=self.settings.jobs_max_active,
+            max_stored_bytes=self.settings.jobs_max_stored_bytes,
+        )
 
     def start_audit(self) -> None:
         """Start the audit log and make every score the service answers reach it."""
@@ -365,7 +371,9 @@ _JOB_ERRORS = {
     404: "No such job (or not the caller's), or, when creating one, an unknown verifier.",
     409: "The job is still running (results), or already finished (cancel).",
     413: "The upload is over PROCTOR_MAX_BODY_BYTES, or the file holds more rows than PROCTOR_JOBS_MAX_ROWS or "
-    "more bytes of rows than PROCTOR_JOBS_MAX_BYTES (nothing of the job is kept).",
+    "more bytes of rows than PROCTOR_JOBS_MAX_BYTES, or it would take the caller's kept jobs past "
+    "PROCTOR_JOBS_MAX_STORED_BYTES (nothing of the job is kept).",
+    429: "The caller has PROCTOR_JOBS_MAX_ACTIVE jobs not finished yet (or the rate limit); retry later.",
     415: "Neither multipart/form-data nor application/json.",
     503: "The jobs database is unavailable (the message says why); retry later.",
 }
@@ -412,7 +420,7 @@ _CREATE_BODY = {
     "/jobs",
     status_code=201,
     response_model=JobStatus,
-    responses=_errors(400, 401, 404, 413, 415, 422, 503),
+    responses=_errors(400, 401, 404, 413, 415, 422, 429, 503),
     summary="Create a batch job",
     openapi_extra={
         **_CREATE_BODY,
@@ -575,7 +583,11 @@ async def status(
 @router.get(
     "/jobs/{job_id}/results",
     responses={
-        200: {"content": {"application/x-ndjson": {}}, "description": "One JSON line per scored row."},
+        200: {
+            "content": {"application/x-ndjson": {}},
+            "description": "One JSON line per scored row, X-Proctor-Job-Results of them. A job deleted while "
+            "its results are sent (retention) breaks the response off: the chunked body never ends cleanly.",
+        },
         **_errors(401, 404, 409, 503),
     },
     summary="A job's results",
@@ -595,10 +607,14 @@ async def results(
     from proctor.jobs import iter_results
 
     assert service.db is not None
+    expected = sum(view["counts"].values())  # a finished job's results no longer change
     return StreamingResponse(
-        iter_results(service.db, job_id),  # a sync iterator: Starlette reads it on a thread
+        # A sync iterator (Starlette reads it on a thread). Should the job be deleted meanwhile, it raises
+        # after its last line instead of ending: the server drops the connection before the chunked body's
+        # end, so no client takes a short result set for a whole one.
+        iter_results(service.db, job_id, expected=expected),
         media_type="application/x-ndjson",
-        headers={"X-Proctor-Job-Status": view["status"]},
+        headers={"X-Proctor-Job-Status": view["status"], "X-Proctor-Job-Results": str(expected)},
     )
 
 

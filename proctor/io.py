@@ -78,19 +78,31 @@ def to_jsonable(value: Any) -> Any:
 # -- JSONL ---------------------------------------------------------------------------------------------
 
 
+JSON_SPACE = " \t\r\n"
+"""The characters JSON counts as blank space: a JSONL line of nothing else is skipped."""
+
+
 def iter_jsonl(path: str | os.PathLike[str]) -> Iterator[dict[str, Any]]:
-    """Yield each JSON object of a JSONL file (blank lines are skipped); DataError names a bad line."""
+    """Yield each JSON object of a JSONL file (blank lines are skipped); DataError names a bad line.
+
+    Lines end at `\\n` only (a `\\r` before it is blank space, so CRLF files read as expected): a bare `\\r`
+    does not end a row, as in JSONL, and as the jobs' pre-scan counts rows before a file is stored."""
     try:
-        handle = open(path, encoding="utf-8")  # noqa: SIM115 - closed by the generator's finally
+        # noqa below: closed by the generator's finally
+        handle = open(path, encoding="utf-8", newline="\n")  # noqa: SIM115
     except OSError as exc:
         raise DataError(f"cannot read {path}: {exc.strerror or exc}") from None
     try:
         for number, line in enumerate(handle, start=1):
-            if not line.strip():
+            if not line.strip(JSON_SPACE):  # JSON's own blanks only, as the jobs' pre-scan counts them
                 continue
             try:
                 row = json.loads(line)
             except json.JSONDecodeError as exc:
+                if "\r" in line.rstrip():
+                    raise DataError(
+                        f"{path}: line {number} holds a bare carriage return (\\r); JSONL rows end with \\n"
+                    ) from None
                 raise DataError(f"{path}: line {number} is not valid JSON ({exc.msg})") from None
             except RecursionError:
                 raise DataError(f"{path}: line {number} is nested too deeply to read") from None

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Engine, delete, func, insert, select, update
+from sqlalchemy import Engine, LargeBinary, cast, delete, func, insert, select, update
 from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError, SQLAlchemyError
 
 from proctor import io
@@ -116,10 +116,16 @@ def check_spec(spec: JobSpec) -> None:
 
 @dataclass(frozen=True)
 class JobLimits:
-    """How much one job may store: rows, and bytes of rows as stored (the JSON text of each input row)."""
+    """How much one job may store (rows, and bytes of rows as stored: the JSON text of each input row), and
+    how much one owner's jobs may hold together: jobs not yet finished (`max_active`), and bytes of rows
+    of all the jobs still kept, finished ones included (`max_stored_bytes`). None: that total is not checked
+    (the service always sets both). Jobs made with auth off have no owner, so for them the totals are global.
+    """
 
     max_rows: int = DEFAULT_MAX_ROWS
     max_bytes: int = DEFAULT_MAX_BYTES
+    max_active: int | None = None
+    max_stored_bytes: int | None = None
 
     def too_many_rows(self, field: str) -> JobError:
         """The 413 for a file with more rows than allowed."""
@@ -133,6 +139,24 @@ class JobLimits:
             413,
             f"the file's rows take more than {self.max_bytes} bytes once stored (PROCTOR_JOBS_MAX_BYTES); "
             "split it",
+            field,
+        )
+
+    def too_many_active(self, active: int) -> JobError:
+        """The 429 for an owner with `max_active` jobs not finished yet (a retry succeeds once one finishes)."""
+        return JobError(
+            429,
+            f"this caller already has {active} jobs not finished (queued, running or being stored); at most "
+            f"{self.max_active} at a time (PROCTOR_JOBS_MAX_ACTIVE): wait for one to finish, or cancel one",
+        )
+
+    def too_many_stored(self, field: str, others: int) -> JobError:
+        """The 413 for a job that would take its owner's jobs past `max_stored_bytes` in all."""
+        return JobError(
+            413,
+            f"this caller's other jobs keep {others} bytes of rows, and with this file they would keep more "
+            f"than {self.max_stored_bytes} (PROCTOR_JOBS_MAX_STORED_BYTES); finished jobs count until "
+            "PROCTOR_JOBS_RETENTION_S deletes them: wait, or split the file",
             field,
         )
 
@@ -156,9 +180,14 @@ def read_input(
     return io.iter_parquet(path, batch_size=PARQUET_BATCH_ROWS, max_bytes=limits.max_bytes)
 
 
+_JSON_SPACE = io.JSON_SPACE.encode()
+
+
 def _scan_jsonl(path: str | os.PathLike[str], limits: JobLimits, field: str) -> None:
     """Refuse a JSONL file with more non-blank lines than `max_rows`, or a line longer than `max_bytes`,
-    reading it a MiB at a time: before anything is stored, and without holding a giant line in memory."""
+    reading it a MiB at a time: before anything is stored, and without holding a giant line in memory.
+    Lines end at `\\n` only, as `io.iter_jsonl` reads them (a `\\r` before it is blank space, a bare `\\r` is
+    part of the line), so the two count the same rows."""
     rows = 0
     line = 0  # bytes of the current line so far
     blank = True
@@ -171,7 +200,7 @@ def _scan_jsonl(path: str | os.PathLike[str], limits: JobLimits, field: str) -> 
             pieces = chunk.split(b"\n")
             for index, piece in enumerate(pieces):
                 line += len(piece)
-                blank = blank and not piece.strip()
+                blank = blank and not piece.strip(_JSON_SPACE)
                 if line > limits.max_bytes:
                     raise limits.too_many_bytes(field)
                 if index < len(pieces) - 1:  # the line ends here
@@ -224,6 +253,9 @@ def create_job(
             )
         )
     try:
+        # Checked after the job's own insert is committed, so of two creations at once the later check sees
+        # the other (at worst both are refused; never both let through past the totals).
+        allowance, others = _owner_allowance(db, job_id, spec.owner, limits)
         total = stored = 0
         batch: list[dict[str, Any]] = []
         batch_bytes = 0
@@ -236,6 +268,8 @@ def create_job(
                 raise limits.too_many_rows(field)
             if stored > limits.max_bytes:
                 raise limits.too_many_bytes(field)
+            if allowance is not None and stored > allowance:
+                raise limits.too_many_stored(field, others)
             batch.append({"job_id": job_id, "row_index": total - 1, "data": data})
             batch_bytes += size
             if len(batch) >= INGEST_BATCH or batch_bytes >= INGEST_BATCH_BYTES:
@@ -268,6 +302,81 @@ def create_job(
     if view is None:  # deleted since (a retention of seconds, say): the job is not there to run
         raise JobError(503, "the job was removed as soon as it was stored; retry")
     return view
+
+
+def _of_owner(owner: str | None) -> Any:
+    return Job.owner.is_(None) if owner is None else Job.owner == owner
+
+
+def _owner_allowance(db: Engine, job_id: str, owner: str | None, limits: JobLimits) -> tuple[int | None, int]:
+    """(bytes job `job_id` may store under its owner's total, None when unchecked; bytes its owner's other
+    jobs hold), after refusing with a 429 an owner with more than `max_active` unfinished jobs, this one
+    included. Counted in the database, so the totals hold across replicas."""
+    if limits.max_active is not None:
+        with db.connect() as connection:
+            active = connection.execute(
+                select(func.count())
+                .select_from(Job)
+                .where(_of_owner(owner), Job.status.in_((INGESTING, *UNFINISHED)))
+            ).scalar_one()
+        if active > limits.max_active:
+            raise limits.too_many_active(active - 1)
+    if limits.max_stored_bytes is None:
+        return None, 0
+    others = owner_stored_bytes(db, owner, exclude=job_id, reserve=limits.max_bytes)
+    return limits.max_stored_bytes - others, others
+
+
+_JOB_BYTES: dict[tuple[str, str], int] = {}
+"""Bytes of rows of jobs whose rows no longer change (every status but ingesting and deleting), by (database,
+job id): each replica sums a job's rows once, not at every creation by its owner."""
+_JOB_BYTES_LOCK = threading.Lock()
+
+
+def owner_stored_bytes(db: Engine, owner: str | None, *, exclude: str | None = None, reserve: int) -> int:
+    """Bytes of input rows the jobs of `owner` (None: the jobs made with auth off) keep in the database, but
+    `exclude`'s. A job still being stored counts as `reserve` bytes (the most it may store): a creation that
+    checks after another started cannot take what the other may still store."""
+    with db.connect() as connection:
+        kept = connection.execute(
+            select(Job.id, Job.status).where(_of_owner(owner), Job.id != (exclude or ""))
+        ).all()
+    database = db.url.render_as_string(hide_password=True)
+    total = 0
+    unknown: list[str] = []
+    for job_id, status in kept:
+        if status == INGESTING:
+            total += reserve
+            continue
+        with _JOB_BYTES_LOCK:
+            known = _JOB_BYTES.get((database, job_id))
+        if known is None:
+            unknown.append(job_id)
+        else:
+            total += known
+    immutable = {job_id for job_id, status in kept if status not in HIDDEN}
+    for start in range(0, len(unknown), 500):  # one query per 500 jobs, after a restart say
+        for job_id, size in _jobs_bytes(db, unknown[start : start + 500]).items():
+            total += size
+            if job_id in immutable:
+                with _JOB_BYTES_LOCK:
+                    if len(_JOB_BYTES) >= 100_000:  # deleted jobs' entries are never read again
+                        _JOB_BYTES.clear()
+                    _JOB_BYTES[(database, job_id)] = size
+    return total
+
+
+def _jobs_bytes(db: Engine, job_ids: list[str]) -> dict[str, int]:
+    """Bytes of each job's rows as stored (UTF-8), summed in the database; a job without rows is left out."""
+    if db.dialect.name == "postgresql":
+        size: Any = func.octet_length(JobRow.data)  # read from the value's header, not the value
+    else:
+        size = func.length(cast(JobRow.data, LargeBinary))  # SQLite's length() of text counts characters
+    with db.connect() as connection:
+        sums = connection.execute(
+            select(JobRow.job_id, func.sum(size)).where(JobRow.job_id.in_(job_ids)).group_by(JobRow.job_id)
+        ).all()
+    return {job_id: int(total or 0) for job_id, total in sums}
 
 
 def _ingest(db: Engine, job_id: str, holder: str, batch: list[dict[str, Any]]) -> None:
@@ -392,9 +501,27 @@ def cancel_job(db: Engine, job_id: str, owner: str | None) -> dict[str, Any] | N
     return view
 
 
-def iter_results(db: Engine, job_id: str, page: int = 500) -> Iterator[str]:
+class ResultsTruncated(RuntimeError):
+    """The job's results went away while they were read (the retention sweep deleted the job)."""
+
+
+def result_count(db: Engine, job_id: str) -> int:
+    """How many of the job's rows have a result."""
+    with db.connect() as connection:
+        return connection.execute(
+            select(func.count()).select_from(JobResult).where(JobResult.job_id == job_id)
+        ).scalar_one()
+
+
+def iter_results(db: Engine, job_id: str, page: int = 500, expected: int | None = None) -> Iterator[str]:
     """Each scored row as a JSONL line (the input row with its `score`, as `proctor rescore` writes it), in
-    input order, read a page at a time."""
+    input order, read a page at a time. A finished job's results do not change, so fewer lines than
+    `expected` (default: the count of results when reading starts) means the job was deleted meanwhile:
+    ResultsTruncated is raised after the last line read, never a clean end (the service then drops the
+    connection, so the client sees a broken response, not a short one)."""
+    if expected is None:
+        expected = result_count(db, job_id)
+    sent = 0
     after = -1
     while True:
         with db.connect() as connection:
@@ -409,12 +536,17 @@ def iter_results(db: Engine, job_id: str, page: int = 500) -> Iterator[str]:
                 .limit(page)
             ).all()
         if not rows:
-            return
+            break
         for index, data, score in rows:
             row = json.loads(data)
             row["score"] = json.loads(score)
             yield io.dumps_row(row) + "\n"
+            sent += 1
             after = index
+    if sent != expected:
+        raise ResultsTruncated(
+            f"job {job_id}: {sent} of its {expected} results could be read; it was deleted (retention) meanwhile"
+        )
 
 
 # -- who holds a lease --------------------------------------------------------------------------------------

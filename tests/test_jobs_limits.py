@@ -1,11 +1,14 @@
-"""Batch-job hardening (issue-20 red team): row and byte quotas (a Parquet decompression bomb is refused before
-it is expanded, and nothing of a refused job is kept), rows stored in committed batches under `ingesting`,
-the claim's compare-and-set honouring a lease renewed since it was read, the retention sweep, and the proxy's
-body limit for uploads agreeing with the service's. Real SQLite and PostgreSQL, and the real service.
+"""Batch-job hardening (issue-20 red teams): row and byte quotas (a Parquet decompression bomb is refused before
+it is expanded, and nothing of a refused job is kept), the quotas per caller (unfinished jobs, stored bytes),
+the JSONL pre-scan and reader counting the same rows, rows stored in committed batches under `ingesting`, the
+claim's compare-and-set honouring a lease renewed since it was read, the retention sweep, a results stream
+cut short by a deletion breaking off instead of ending cleanly, and the proxy's body limit for uploads
+agreeing with the service's. Real SQLite and PostgreSQL, and the real service.
 """
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
@@ -23,6 +26,7 @@ from sqlalchemy import Engine, func, insert, select, update
 from proctor import io, jobs
 from proctor.db.connect import create_db_engine, migrate
 from proctor.db.models import Job, JobResult, JobRow
+from proctor.environments.tools.sessions import owner_of
 from proctor.jobs import JobError, JobLimits, JobRunner, JobSpec, create_job, job_view, sweep
 from proctor.rescore import EngineScorer
 from proctor.settings import Settings
@@ -33,6 +37,8 @@ TOKEN = "jobs-limits-token"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
 MAX_ROWS = 100
 MAX_BYTES = 200_000
+MAX_ACTIVE = 2
+MAX_STORED = 1_000_000
 
 
 # -- files -------------------------------------------------------------------------------------------------
@@ -156,6 +162,45 @@ def test_jsonl_rows_and_giant_lines_are_refused_before_they_are_read(tmp_path: P
         jobs.read_input(path, "jsonl", JobLimits(max_rows=1), field="file")
 
 
+def _scanned_rows(path: Path) -> int:
+    """The row count the pre-scan finds: the least max_rows it lets through."""
+    for count in range(1, 100):
+        try:
+            jobs._scan_jsonl(path, JobLimits(max_rows=count), "file")
+        except JobError:
+            continue
+        return count
+    raise AssertionError("more than 100 rows")
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        '{"a": 1}\n{"a": 2}\n{"a": 3}\n',
+        '{"a": 1}\r\n{"a": 2}\r\n\r\n{"a": 3}',  # CRLF, a blank CRLF line, no final line end
+        '{"a": 1}\n \t\r\n{"a": 2}\r\n\n\n{"a": "\\r"}\r\n',  # blank space lines; an escaped \\r in a value
+    ],
+    ids=["lf", "crlf", "blanks"],
+)
+def test_the_jsonl_pre_scan_counts_the_rows_the_reader_reads(tmp_path: Path, text: str):
+    path = tmp_path / "rows.jsonl"
+    path.write_bytes(text.encode())
+    read = list(io.iter_jsonl(path))
+    assert len(read) == 3 and _scanned_rows(path) == 3
+    assert len(list(jobs.read_input(path, "jsonl", JobLimits(max_rows=3), field="file"))) == 3
+    with pytest.raises(JobError, match="PROCTOR_JOBS_MAX_ROWS"):
+        jobs.read_input(path, "jsonl", JobLimits(max_rows=2), field="file")
+
+
+def test_a_bare_carriage_return_does_not_end_a_row_in_the_scan_or_the_reader(tmp_path: Path):
+    path = tmp_path / "cr.jsonl"
+    path.write_bytes(b'{"a": 1}\r{"a": 2}\r{"a": 3}\n')  # the red team's file: three rows to a \r reader
+    assert _scanned_rows(path) == 1
+    rows = jobs.read_input(path, "jsonl", JobLimits(max_rows=1), field="file")
+    with pytest.raises(io.DataError, match="bare carriage return"):
+        list(rows)  # one line, so not three rows past a quota of one: a 422 through the service
+
+
 # -- quotas through the real service -----------------------------------------------------------------------
 
 
@@ -173,6 +218,8 @@ def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]
         PROCTOR_JOBS_INPUT_DIR=str(inputs),
         PROCTOR_JOBS_MAX_ROWS=MAX_ROWS,
         PROCTOR_JOBS_MAX_BYTES=MAX_BYTES,
+        PROCTOR_JOBS_MAX_ACTIVE=MAX_ACTIVE,
+        PROCTOR_JOBS_MAX_STORED_BYTES=MAX_STORED,
     )
     server = ServerProcess(env, base / "server.log")
     try:
@@ -228,6 +275,108 @@ def test_uploads_and_input_paths_over_the_quotas_are_413_and_leave_nothing(servi
     created = upload(client, tmp_path / "full.jsonl")
     assert created.status_code == 201, created.text
     assert created.json()["total"] == MAX_ROWS
+
+
+def _plant(db: Engine, job_id: str, status: str, owner: str | None, rows: list[str], results: bool) -> None:
+    """A job written straight into the service's database; a running one is leased far ahead by another
+    host, so the service's runner leaves it alone."""
+    values: dict[str, Any] = {"owner": owner, "total": len(rows), "done": len(rows) if results else 0}
+    if status == "running":
+        values.update(lease_owner="elsewhere|b|n|1|2|x", lease_expires=time.time() + 3600)
+    else:
+        values.update(finished_at=time.time())
+    with db.begin() as connection:
+        connection.execute(insert(Job).values(**_job(job_id, status, **values)))
+        for start in range(0, len(rows), 5000):
+            part = range(start, min(start + 5000, len(rows)))
+            connection.execute(
+                insert(JobRow), [{"job_id": job_id, "row_index": i, "data": rows[i]} for i in part]
+            )
+            if results:
+                connection.execute(
+                    insert(JobResult),
+                    [
+                        {
+                            "job_id": job_id,
+                            "row_index": i,
+                            "status": "ok",
+                            "reward": 1.0,
+                            "score": '{"reward": 1.0}',
+                        }
+                        for i in part
+                    ],
+                )
+
+
+def test_a_callers_unfinished_jobs_and_stored_bytes_are_capped(service, tmp_path: Path):
+    client: httpx.Client = service["client"]
+    db: Engine = service["db"]
+    owner = owner_of(TOKEN)
+    small = tmp_path / "small.jsonl"
+    io.write_jsonl(small, text_rows(3))
+    deadline = time.monotonic() + 60
+    while True:  # the jobs earlier tests made have finished: only the ones planted here are unfinished
+        with db.connect() as connection:
+            if not connection.execute(select(Job.id).where(Job.status.in_(jobs.UNFINISHED))).first():
+                break
+        assert time.monotonic() < deadline, "an earlier job never finished"
+        time.sleep(0.2)
+    planted = [f"active{i}" for i in range(MAX_ACTIVE)]
+    try:
+        for job_id in planted:  # running on another replica, as far as this one knows
+            _plant(db, job_id, "running", owner, ["{}"], results=False)
+        before = table_counts(db)
+        answer = upload(client, small)
+        assert answer.status_code == 429, answer.text
+        assert "PROCTOR_JOBS_MAX_ACTIVE" in answer.json()["error"]["message"]
+        assert table_counts(db) == before  # the refused job left nothing
+        _plant(db, "someone-else", "running", "another-owner", ["{}"], results=False)
+        jobs.delete_job(db, planted.pop())  # one finished (and went): room for one more
+        created = upload(client, small)
+        assert created.status_code == 201, created.text  # another owner's jobs do not count
+        planted.append(created.json()["job_id"])
+        # Stored bytes: a finished job kept for its retention still counts, up to the caller's total.
+        for job_id in planted:
+            jobs.delete_job(db, job_id)
+        planted = ["kept"]
+        _plant(db, "kept", "done", owner, ['"' + "k" * 9998 + '"'] * 90, results=True)  # 900,000 bytes
+        io.write_jsonl(tmp_path / "over.jsonl", text_rows(10, pad=12_000))  # about 120 kB
+        others = jobs.owner_stored_bytes(db, owner, reserve=MAX_BYTES)  # with earlier tests' finished jobs
+        assert 900_000 <= others < MAX_STORED - 1000
+        answer = upload(client, tmp_path / "over.jsonl")
+        refused(answer, "PROCTOR_JOBS_MAX_STORED_BYTES", "file")
+        assert f"keep {others} bytes" in answer.json()["error"]["message"]
+        created = upload(client, small)  # what is left still takes a small file
+        assert created.status_code == 201, created.text
+        planted.append(created.json()["job_id"])
+    finally:
+        for job_id in [*planted, "someone-else"]:
+            jobs.delete_job(db, job_id)
+
+
+def test_a_results_stream_cut_short_by_a_deletion_breaks_off(service):
+    client: httpx.Client = service["client"]
+    db: Engine = service["db"]
+    rows = [
+        io.dumps_row({"id": i, "pad": "p" * 2000}) for i in range(20_000)
+    ]  # 40 MB: more than sockets hold
+    _plant(db, "cut", "done", None, rows, results=True)
+    try:
+        whole = client.get("/v1/jobs/cut/results")
+        assert whole.status_code == 200 and whole.headers["x-proctor-job-results"] == "20000"
+        assert len(whole.text.splitlines()) == 20_000
+        with client.stream("GET", "/v1/jobs/cut/results") as answer:
+            assert answer.status_code == 200
+            lines = answer.iter_lines()
+            assert json.loads(next(lines))["id"] == 0
+            jobs.delete_job(db, "cut")  # the retention sweep, while the stream is read
+            got = 1
+            with pytest.raises(httpx.RemoteProtocolError):
+                for _ in lines:
+                    got += 1
+        assert got < 20_000
+    finally:
+        jobs.delete_job(db, "cut")
 
 
 # -- ingesting in committed batches ------------------------------------------------------------------------
@@ -442,6 +591,91 @@ def test_a_runner_sweeps_its_finished_jobs_in_the_background(db: Engine, scorer:
                 == 0
             )
     assert job_view(db, keep, None) is not None
+
+
+# -- quotas per owner, in the database ---------------------------------------------------------------------
+
+
+def test_unfinished_jobs_are_capped_per_owner_and_globally_with_auth_off(db: Engine):
+    limits = JobLimits(max_active=2)
+    for owner in ("a", None):
+        made = [
+            create_job(db, text_rows(2), JobSpec(owner=owner), field="file", limits=limits) for _ in range(2)
+        ]
+        counts = table_counts(db)
+        with pytest.raises(JobError) as caught:
+            create_job(db, text_rows(2), JobSpec(owner=owner), field="file", limits=limits)
+        assert caught.value.status == 429 and "PROCTOR_JOBS_MAX_ACTIVE" in caught.value.message
+        assert table_counts(db) == counts  # nothing of the refused job is kept
+        jobs.cancel_job(db, made[0]["job_id"], owner)  # a finished job no longer counts
+        create_job(db, text_rows(2), JobSpec(owner=owner), field="file", limits=limits)
+    # Each owner has its own count (None, auth off, is one count for all jobs): "b" still has room.
+    create_job(db, text_rows(2), JobSpec(owner="b"), field="file", limits=limits)
+
+
+def test_stored_bytes_are_capped_per_owner_counting_finished_jobs_in_utf8(db: Engine):
+    rows = [{"id": i, "response": "é日本" * 50, "reference": "x"} for i in range(20)]  # multi-byte text
+    size = sum(len(io.dumps_row(row).encode()) for row in rows)
+    limits = JobLimits(max_stored_bytes=2 * size + 10)
+    first = create_job(db, rows, JobSpec(owner="a"), field="file", limits=limits)
+    assert jobs.owner_stored_bytes(db, "a", reserve=0) == size  # bytes, not characters
+    jobs.cancel_job(db, first["job_id"], "a")  # finished, but its rows are still kept
+    create_job(db, rows, JobSpec(owner="a"), field="file", limits=limits)
+    counts = table_counts(db)
+    with pytest.raises(JobError) as caught:
+        create_job(db, rows[:1], JobSpec(owner="a"), field="input_path", limits=limits)
+    assert caught.value.status == 413 and "PROCTOR_JOBS_MAX_STORED_BYTES" in caught.value.message
+    assert caught.value.field == "input_path" and str(2 * size) in caught.value.message
+    assert table_counts(db) == counts
+    create_job(db, rows, JobSpec(owner="b"), field="file", limits=limits)  # another owner has its own
+    jobs.delete_job(db, first["job_id"])  # retention deleted the first: room again
+    create_job(db, rows, JobSpec(owner="a"), field="file", limits=limits)
+
+
+def test_a_job_still_being_stored_counts_as_its_most_so_two_creations_never_pass_the_total(db: Engine):
+    rows = text_rows(10, pad=100)
+    size = sum(len(io.dumps_row(row).encode()) for row in rows)
+    limits = JobLimits(max_bytes=2 * size, max_stored_bytes=3 * size)  # room for 1.5 of the biggest jobs
+    seen: dict[str, Any] = {}
+
+    def slow() -> Iterator[dict[str, Any]]:
+        yield from rows[:5]
+        # Another creation while this one is half stored: this one may still take 2 * size in all.
+        try:
+            create_job(db, rows + rows, JobSpec(owner="a"), field="file", limits=limits)
+        except JobError as exc:
+            seen["refused"] = exc
+        seen["small"] = create_job(db, rows, JobSpec(owner="a"), field="file", limits=limits)
+        yield from rows[5:]
+
+    create_job(db, slow(), JobSpec(owner="a"), field="file", limits=limits)
+    assert seen["refused"].status == 413 and "PROCTOR_JOBS_MAX_STORED_BYTES" in seen["refused"].message
+    assert seen["small"]["total"] == 10
+    assert jobs.owner_stored_bytes(db, "a", reserve=0) == 2 * size <= limits.max_stored_bytes
+
+
+# -- a results stream cut short ----------------------------------------------------------------------------
+
+
+def test_results_read_while_the_job_is_deleted_raise_instead_of_ending(db: Engine):
+    _plant(db, "whole", "done", None, [io.dumps_row({"id": i}) for i in range(1200)], results=True)
+    assert len(list(jobs.iter_results(db, "whole", page=500))) == 1200  # read whole: a clean end
+    lines = jobs.iter_results(db, "whole", page=500)
+    assert json.loads(next(lines))["id"] == 0
+    jobs.delete_job(db, "whole", batch_rows=300)
+    with pytest.raises(jobs.ResultsTruncated, match="500 of its 1200"):
+        list(lines)  # the rest of the first page, then nothing: never a clean, short end
+    # A cancelled job's results are its first rows only, and all of them: a clean end.
+    _plant(db, "part", "cancelled", None, ["{}"] * 10, results=False)
+    with db.begin() as connection:
+        connection.execute(
+            insert(JobResult),
+            [
+                {"job_id": "part", "row_index": i, "status": "ok", "reward": 1.0, "score": "{}"}
+                for i in range(4)
+            ],
+        )
+    assert len(list(jobs.iter_results(db, "part"))) == 4
 
 
 # -- the claim's compare-and-set ---------------------------------------------------------------------------
