@@ -268,6 +268,21 @@ class Settings(BaseSettings):
         "written); more: 413 naming this setting, and nothing of the job is kept. Bounds what a small "
         "compressed Parquet file may expand to.",
     )
+    jobs_max_active: int = Field(
+        8,
+        ge=1,
+        description="Batch jobs one caller (bearer token) may have not yet finished (being stored, queued or "
+        "running), counted in the database across replicas; one more: 429 naming this setting. With auth "
+        "off, jobs have no owner and this caps all of them together.",
+    )
+    jobs_max_stored_bytes: int = Field(
+        8 << 30,
+        ge=1024,
+        description="Bytes of rows (as for PROCTOR_JOBS_MAX_BYTES) that one caller's kept jobs may hold in all, "
+        "finished ones included until PROCTOR_JOBS_RETENTION_S deletes them, counted in the database across "
+        "replicas; a job that would pass it: 413 naming this setting, and nothing of it is kept. With auth "
+        "off, a cap on all jobs together.",
+    )
     jobs_retention_s: float = Field(
         7 * 24 * 3600.0,
         ge=0,
