@@ -116,7 +116,9 @@ def install_error_handlers(app: FastAPI, retry_after_s: int, on_rejected: Any = 
 
     @app.exception_handler(RequestError)
     async def request_error(request: Request, exc: RequestError) -> Response:
-        return error_response(exc.status, exc.message, exc.field)
+        # 429 and 503 say "try again": tell the client when (a job cap, the jobs database down, ...).
+        headers = retry if exc.status in (429, 503) else None
+        return error_response(exc.status, exc.message, exc.field, headers)
 
     @app.exception_handler(HTTPException)
     async def http_error(request: Request, exc: HTTPException) -> Response:

@@ -329,6 +329,7 @@ def test_a_callers_unfinished_jobs_and_stored_bytes_are_capped(service, tmp_path
         answer = upload(client, small)
         assert answer.status_code == 429, answer.text
         assert "PROCTOR_JOBS_MAX_ACTIVE" in answer.json()["error"]["message"]
+        assert int(answer.headers["retry-after"]) >= 1
         assert table_counts(db) == before  # the refused job left nothing
         _plant(db, "someone-else", "running", "another-owner", ["{}"], results=False)
         jobs.delete_job(db, planted.pop())  # one finished (and went): room for one more
