@@ -28,13 +28,10 @@ import json
 import os
 import re
 import statistics
-import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -44,9 +41,9 @@ from common import (
     git_commit,
     start_server,
 )  # bench/common.py: the script's folder is on sys.path
+from verilog import verilogeval  # bench/verilog.py: VerilogEval's bare flow, the peer
 
 DATASET = ROOT / "datasets" / "verilog" / "problems.jsonl"
-RESULT = re.compile(r"Mismatches: (\d+) in (\d+) samples")
 ENDMODULE = re.compile(r"endmodule\s*$")
 WARM_UP_PER_WORKER = 3  # requests per problem and pool worker before timing (workers get them in turn)
 
@@ -78,24 +75,9 @@ def designs(row: dict[str, Any], count: int, round_: int) -> list[tuple[str, flo
 
 
 def bare(source: str, reference: dict[str, Any]) -> float:
-    """VerilogEval's flow on the bare machine: one iverilog compile of tb + reference + candidate, vvp, and
-    the first `Mismatches:` line of the output decides."""
-    with tempfile.TemporaryDirectory() as folder:
-        work = Path(folder)
-        (work / "tb.sv").write_text(reference["testbench"])
-        (work / "ref.sv").write_text(reference["reference_module"])
-        (work / "cand.sv").write_text(source)
-        built = subprocess.run(
-            ["iverilog", "-g2012", "-s", "tb", "-o", "t.vvp", "tb.sv", "ref.sv", "cand.sv"],
-            cwd=work,
-            capture_output=True,
-            timeout=60,
-        )
-        if built.returncode != 0:
-            return 0.0
-        ran = subprocess.run(["vvp", "-n", "t.vvp"], cwd=work, capture_output=True, text=True, timeout=60)
-        found = RESULT.search(ran.stdout)
-        return 1.0 if found is not None and found.group(1) == "0" else 0.0
+    """VerilogEval's flow on the bare machine (bench/verilog.py's peer): one iverilog compile of tb + reference +
+    candidate, vvp, and the first `Mismatches:` line of the output decides."""
+    return verilogeval(source, reference)
 
 
 def inprocess(
