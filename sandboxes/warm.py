@@ -26,6 +26,7 @@ import logging
 import os
 import resource
 import select
+import shutil
 import stat
 import struct
 import threading
@@ -54,6 +55,12 @@ MB = 1024 * 1024
 GRACE_S = 2.0
 # CPU the server may spend per test on its own bookkeeping (fork, pipes, JSON) above the test's limit.
 SERVER_CPU_SLACK_S = 0.05
+# A batch's cgroup CPU may exceed the sum of its replies' cpu_s by the server's own work (reading the request,
+# fork and spawn, the clean-up walk, the reply) and no more: past it, CPU was used where the server's per-test
+# measure cannot see it, and the batch's tests run again one request each. Measured on a 2-core host with
+# `python /tmp/...`: see docs/sandboxes.md ("Hidden CPU in a batch").
+BATCH_CPU_SLACK_S = 0.1
+BATCH_CPU_SLACK_PER_TEST_S = 0.02
 # How long the server may take to read one request (it reads whole requests before running anything).
 SEND_TIMEOUT_S = 10.0
 WAIT_SAMPLE_S = 0.02  # how often the host samples the jail's wait for a CPU during a request
@@ -160,12 +167,49 @@ class BatchTest:
     name: str = "run"
     argv: tuple[str, ...] | None = None
     env: dict[str, str] | None = None
+    # The host's own step (a compiler on the candidate's source), as execute()'s `trusted`: the files it
+    # writes stay for the tests after it, and the server's failures after it still count as the machinery's.
+    trusted: bool = False
+    cwd: str | None = None  # a compiled program's working directory, a folder of the jail's (execute's `cwd`)
 
     def request(self) -> dict[str, Any]:
         """The server request of this test alone."""
         if self.argv is None:
+            if self.cwd is not None or self.trusted:
+                raise ValueError("cwd and trusted are for compiled programs (argv) only")
             return {"op": "run", "stdin": self.stdin}
-        return {"op": "exec", "argv": list(self.argv), "env": dict(self.env or {}), "stdin": self.stdin}
+        request: dict[str, Any] = {
+            "op": "exec",
+            "argv": list(self.argv),
+            "env": dict(self.env or {}),
+            "stdin": self.stdin,
+        }
+        if self.trusted:
+            request["trusted"] = True
+        if self.cwd is not None:
+            request["cwd"] = _folder(self.cwd)
+        return request
+
+
+def _folder(path: str) -> str:
+    """`path` when it names a place inside the jail's working directory (relative, no empty, `.` or `..`
+    part, no NUL); ValueError otherwise. The server checks again, links included."""
+    if not path or "\0" in path or path.startswith("/") or any(p in ("", ".", "..") for p in path.split("/")):
+        raise ValueError(f"not a relative path inside the jail's working directory: {path!r}")
+    return path
+
+
+def _hidden_cpu(cpu_after: float | None, cpu_before: float | None, replies: Sequence[dict[str, Any]]) -> bool:
+    """Whether the jail's cgroup used more CPU over a batch than its replies report plus the server's own
+    bookkeeping (BATCH_CPU_SLACK_S, BATCH_CPU_SLACK_PER_TEST_S); a reply with a malformed cpu_s counts 0."""
+    if cpu_after is None or cpu_before is None:
+        return False
+    reported = 0.0
+    for item in replies:
+        with contextlib.suppress(TypeError, ValueError):
+            reported += max(0.0, float(item.get("cpu_s") or 0.0))
+    slack = BATCH_CPU_SLACK_S + BATCH_CPU_SLACK_PER_TEST_S * len(replies)
+    return cpu_after - cpu_before > reported + slack
 
 
 class _Protocol(Exception):
@@ -199,6 +243,9 @@ class _Jail:
         # Test requests the server received: from the first on, candidate code may have run in the jail, and
         # whatever then goes wrong with the server (its death, its own errors) may be the program's doing.
         self.requests = 0
+        # The host changed the jail's files (put_files): the next request tells the server to take them as
+        # the state every later test must find.
+        self.renewed = False
         self.wait_base: dict[int, float] = {}  # per task: its wait for a CPU when the request began
         self.waited = 0.0
         self._next_sample = 0.0
@@ -411,6 +458,58 @@ def _read_files(root: Path, folder: str, max_bytes: int) -> list[File]:
                 )
             )
     return found
+
+
+def _clear(root: Path) -> None:
+    """Remove everything in `root` (links themselves, never what they point to); OSError when something stays."""
+    for entry in os.scandir(root):
+        if entry.is_dir(follow_symlinks=False):
+            shutil.rmtree(entry.path)  # never follows a link (the fd-based walk)
+        else:
+            os.unlink(entry.path)
+
+
+NOFOLLOW_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+def _open_dir(parent: int, relative: str, owner: tuple[int, int] | None) -> int:
+    """An fd of parent/relative, each part made where missing and opened relative to the one before it with
+    O_NOFOLLOW: a part that is a link or not a folder is an OSError, so no path reaches outside the jail even
+    if something swapped one in after a check."""
+    fd = os.dup(parent)
+    try:
+        for part in relative.split("/") if relative else ():
+            try:
+                os.mkdir(part, 0o755, dir_fd=fd)
+                if owner is not None:
+                    os.chown(part, *owner, dir_fd=fd, follow_symlinks=False)
+            except FileExistsError:
+                pass
+            inner = os.open(part, NOFOLLOW_DIR, dir_fd=fd)
+            os.close(fd)
+            fd = inner
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _write_file(folder: int, name: str, item: File, owner: tuple[int, int] | None) -> None:
+    """One file written into the folder `folder` (an fd) as a fresh inode, never through a link (O_NOFOLLOW,
+    O_EXCL), replacing what was there."""
+    with contextlib.suppress(FileNotFoundError):
+        if stat.S_ISDIR(os.stat(name, dir_fd=folder, follow_symlinks=False).st_mode):
+            raise OSError(f"{name} in the jail is a folder")
+        os.unlink(name, dir_fd=folder)  # a link or a file a leftover holds open is left behind, not written
+    mode = 0o755 if item.executable else 0o644
+    fd = os.open(
+        name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, mode, dir_fd=folder
+    )
+    with os.fdopen(fd, "wb") as handle:
+        handle.write(item.data())
+        os.fchmod(fd, mode)
+        if owner is not None:
+            os.fchown(fd, *owner)
 
 
 def _write_files(box: Path, files: list[File], owner: tuple[int, int]) -> None:
@@ -795,16 +894,17 @@ class WarmPython:
         name: str = "run",
         *,
         trusted: bool = False,
+        cwd: str | None = None,
     ) -> CommandResult:
         """Run a compiled program (`argv`, relative to the job's directory, with exactly `env`) on `stdin` in a
         spawned child of the server (stdio mode; the server itself runs no candidate code). `trusted`: the
         host's own step, such as the compiler on the candidate's source, which runs none of the candidate's
-        code: the server's failures after it still count as the machinery's (a first test's too)."""
+        code: the server's failures after it still count as the machinery's (a first test's too). `cwd`: a
+        folder inside the jail's working directory to run in (ValueError for anything else; the server
+        refuses one that leads outside through a link)."""
         if self.mode != "stdio":
             raise ValueError("execute() needs mode='stdio'")
-        request = {"op": "exec", "argv": list(argv), "env": dict(env), "stdin": stdin}
-        if trusted:
-            request["trusted"] = True
+        request = BatchTest(stdin, None, name, tuple(argv), dict(env), trusted, cwd).request()
         reply, result = self._request(request, limits or self.limits, name)
         return result
 
@@ -837,6 +937,69 @@ class WarmPython:
             if root is None:
                 raise OSError("the warm sandbox has no working directory on the host")
             return _read_files(root, folder, max_bytes)
+
+    def put_files(self, files: Sequence[File], folder: str, *, clear: bool = True) -> str:
+        """Write `files` (paths relative to `folder`) into `folder` of the jail's working directory, on the
+        host, owned by the jail's user: a job's set-up without a process in the jail (the counterpart of
+        `kept_files`). `clear`: first remove everything in the working directory (and in /tmp where the host
+        sees it), the server's own files included, as a fresh jail for the job. Refused (ValueError) for a path
+        outside the folder, a file larger than the jail's file-size limit, or files beyond its storage; never
+        follows a link (OSError, as when the jail is gone). The next test takes the files as the state that
+        every test after it must find. The folder's path inside the jail is returned."""
+        _folder(folder)
+        limits = self._clamp(self.limits)
+        sizes = []
+        for item in files:
+            _folder(item.path)
+            sizes.append(len(item.data()))
+            if sizes[-1] > limits.file_size_mb * MB:
+                raise ValueError(f"{item.path} is larger than the jail's {limits.file_size_mb} MB file limit")
+        with self._lock:
+            jail = self._jail
+            root = jail.host_dir() if jail is not None else None
+            if jail is None or root is None:
+                raise OSError("the warm sandbox is gone")
+            if not self._trusted:
+                # Only a trusted server (stdio mode, the jail's init, every test's processes killed after it)
+                # guarantees that nothing in the jail runs while the host writes there.
+                raise OSError("put_files needs a trusted warm server (stdio mode, no program loaded)")
+            budget = jail.slot.storage
+            if budget is not None and (sum(sizes) > budget.disk_mb * MB or len(files) >= budget.files):
+                raise ValueError(
+                    f"the files do not fit the jail's storage ({budget.disk_mb} MB, {budget.files})"
+                )
+            owner: tuple[int, int] | None = None
+            if jail.slot.box is not None:
+                from proctor.sandboxes.backends.nsjail import SANDBOX_ID
+
+                owner = (SANDBOX_ID, SANDBOX_ID)
+            jail.renewed = True  # set first: a failure half-way leaves changed files all the same
+            if clear:
+                _clear(root)
+                if jail.workdir is not None:  # local: the job's own TMPDIR
+                    tmp: Path | None = Path(jail.workdir.tmp)
+                elif budget is not None and jail.slot.home is not None:
+                    tmp = jail.slot.home / "tmp"  # nsjail: the jail's /tmp, on the slot's own tmpfs
+                else:
+                    tmp = None  # nsjail's own tmpfs, out of the host's sight
+                if tmp is not None and tmp.is_dir() and not tmp.is_symlink():
+                    _clear(tmp)
+            top = os.open(root, NOFOLLOW_DIR)
+            try:
+                base = _open_dir(top, folder, owner)
+                try:
+                    for item in files:
+                        *parents, name = item.path.split("/")
+                        where = _open_dir(base, "/".join(parents), owner)
+                        try:
+                            _write_file(where, name, item, owner)
+                        finally:
+                            os.close(where)
+                finally:
+                    os.close(base)
+            finally:
+                os.close(top)
+            return f"{jail.cwd}/{folder}"
 
     def run_batch(
         self,
@@ -939,6 +1102,8 @@ class WarmPython:
                 stderr_bytes=limit.stderr_bytes,
             )
             requests.append(request)
+        if jail.renewed:
+            requests[0]["baseline"], jail.renewed = True, False
         budget, home = jail.slot.storage, jail.slot.home
         full = jail.cwd if budget is not None and home is not None and jail.slot.box is not None else None
         message = {
@@ -963,9 +1128,10 @@ class WarmPython:
             backstop = min(backstop, wall_budget_s + max(x.wall_backstop_s for x in limits))
         backstop += GRACE_S
         jail.begin_wait()
+        prior = jail.requests  # untrusted requests before this batch
         try:
             jail.send(message)
-            jail.requests += 1
+            jail.requests += 0 if all(test.trusted for test in tests) else 1
             reply = jail.receive(started, backstop, max_bytes, cap)
             if reply.get("id") != self._next_id or not isinstance(reply.get("results"), list):
                 raise _Protocol("a reply to another request")
@@ -982,6 +1148,12 @@ class WarmPython:
         add_cpu_wait_s(max(jail.sample_wait(), waits))
         if jail.oom_kills() > oom_before:
             return None  # which test's process the kernel killed is not in any reply: ask one at a time
+        if _hidden_cpu(jail.cpu_s(), cpu_before, replies):
+            # The replies' CPU (the server's /proc-based measure per test) misses CPU that the cgroup saw: a
+            # program's auto-reaped workers (SIGCHLD ignored) are in no one's rusage. The batch cannot say
+            # which test used it, so each test runs again as a request of its own, where the cgroup decides.
+            log.warning("warm batch: the jail's cgroup CPU exceeds its replies' sum; rerunning one test each")
+            return None
         results: list[CommandResult] = []
         broken = False
         for position, item in enumerate(replies):
@@ -992,7 +1164,8 @@ class WarmPython:
                 0.0,
                 None,
                 False,
-                ran_before=jail.requests > 1 or position > 0,
+                # candidate code may have run before this test: an earlier request, or an untrusted test
+                ran_before=prior > 0 or any(not test.trusted for test in tests[:position]),
             )
             with contextlib.suppress(TypeError, ValueError):
                 result.cpu_wait_s = round(min(float(item.get("cpu_wait_s") or 0.0), result.wall_s), 6)
@@ -1126,6 +1299,8 @@ class WarmPython:
         budget, home = jail.slot.storage, jail.slot.home
         if budget is not None and home is not None and jail.slot.box is not None:
             request["full"] = jail.cwd  # the server says whether the test filled it, before it cleans up
+        if jail.renewed:
+            request["baseline"], jail.renewed = True, False
         request.update(
             id=self._next_id,
             cpu_s=limits.cpu_s,

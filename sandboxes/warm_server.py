@@ -467,8 +467,13 @@ def spawn_program(request, cpu_limit, stdin_fd, out_w, err_w):
     if hard != resource.RLIM_INFINITY:
         seconds = min(seconds, hard)
     adjusted = oom_adjust(b"1000")
+    home = os.getcwd()
     try:
         resource.setrlimit(resource.RLIMIT_CPU, (seconds, hard))
+        # posix_spawn has no working-directory action here: the server (single-threaded) enters the job's
+        # folder for the spawn and goes back after it, so its own paths (the snapshot's roots) stay its own.
+        if request.get("folder"):
+            os.chdir(request["folder"])
         return os.posix_spawn(
             argv[0],
             argv,
@@ -485,6 +490,8 @@ def spawn_program(request, cpu_limit, stdin_fd, out_w, err_w):
     except (OSError, ValueError, TypeError, IndexError):
         return None
     finally:
+        if request.get("folder"):
+            os.chdir(home)
         resource.setrlimit(resource.RLIMIT_CPU, (soft, hard))
         if adjusted:
             oom_adjust(OOM_ADJ["own"])
@@ -524,6 +531,8 @@ def exec_program(request):
     env.update(request.get("env") or {})
     signal.signal(signal.SIGXFSZ, signal.SIG_DFL)  # as a spawned program (spawn_program) and a fresh shell's
     try:
+        if request.get("folder"):
+            os.chdir(request["folder"])
         os.execve(request["argv"][0], request["argv"], env)
     except OSError as exc:
         os.write(2, f"exec {request['argv'][0]}: {exc.strerror}\n".encode())
@@ -676,8 +685,34 @@ def exit_verdict(cpu, cpu_limit, exit_code, sig):
     return "ok", ""
 
 
+def job_folder(cwd):
+    """The absolute path of `cwd`, a folder under the server's working directory (relative, no `.` or `..`
+    part, no link on the way out of it); ValueError otherwise (the host checks it too: a refusal here is the
+    server's failure, never a run somewhere else)."""
+    if not isinstance(cwd, str) or not cwd or "\0" in cwd or cwd.startswith("/"):
+        raise ValueError(f"cwd must be a relative folder, not {cwd!r}")
+    if any(part in ("", ".", "..") for part in cwd.split("/")):
+        raise ValueError(f"cwd must not hold empty, . or .. parts: {cwd!r}")
+    base = os.path.realpath(os.getcwd())
+    target = os.path.realpath(os.path.join(base, cwd))
+    if not target.startswith(base + os.sep) or not os.path.isdir(target):
+        raise ValueError(f"cwd {cwd!r} is not a folder inside the working directory")
+    return target
+
+
 def run_test(state, request):
     """Run one test in a forked child, watched until it ends, and reap it and everything it left: the reply."""
+    if request.get("cwd") is not None:
+        # checked before anything runs; runs only compiled programs (`exec`) in a folder of their own
+        if request.get("op") != "exec":
+            raise ValueError("cwd is for exec requests only")
+        request = {**request, "folder": job_folder(request["cwd"])}
+    elif "folder" in request:
+        request = {key: value for key, value in request.items() if key != "folder"}  # set from cwd only
+    if request.get("baseline"):
+        # The host changed the jail's files between requests (put_files): what they are now is what every
+        # later test must find, so the next untrusted test takes a fresh snapshot.
+        state["kept"] = None
     if not request.get("trusted") and state.get("kept") is None:
         state["kept"] = snapshot()
     limits = test_limits(request)

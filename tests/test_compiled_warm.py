@@ -409,3 +409,133 @@ def test_a_batch_keeps_to_its_wall_budget(small: NsjailBackend) -> None:
     assert 1 < len(results) < 6 and results[0].verdict is RunVerdict.ok, results
     assert sum(r.wall_s - r.cpu_wait_s for r in results) < 1.0 + 0.2, results
     assert [r.stdout for r in tiny] == ["3\n"]  # the first test runs, with the least backstop
+
+
+# -- a job set up on the host: put_files, execute(cwd=...), trusted batch steps --------------------------------
+
+SH = "/bin/sh"
+
+
+def sh_test(script: str, *, trusted: bool = False, cwd: str | None = "job") -> BatchTest:
+    return BatchTest(argv=(SH, "-c", script), env=dict(BASE_ENV), limits=LIMITS, trusted=trusted, cwd=cwd)
+
+
+def test_put_files_sets_a_job_up_in_a_cleared_box_and_runs_in_its_folder(small: NsjailBackend) -> None:
+    with WarmPython("", limits=LIMITS, backend=small) as jail:
+        assert jail.start().ok
+        first = jail._jail
+        inside = jail.put_files(
+            [File(path="a.txt", content="one"), File(path="sub/b.txt", content="two")], "job"
+        )
+        assert inside == "/box/job"
+        seen = jail.execute(
+            [SH, "-c", "pwd; cat a.txt sub/b.txt; ls -A /box; ls -A /tmp"], BASE_ENV, cwd="job"
+        )
+        assert seen.verdict is RunVerdict.ok and seen.stdout == "/box/job\nonetwojob\n", seen
+        # a trusted step leaves files in /box and /tmp; the next put_files (clear) removes them all
+        made = jail.execute(
+            [SH, "-c", "echo x > ../left; echo y > /tmp/t; echo z > kept"], BASE_ENV, trusted=True, cwd="job"
+        )
+        assert made.verdict is RunVerdict.ok
+        jail.put_files([File(path="c.txt", content="three")], "job")
+        again = jail.execute([SH, "-c", "ls -A; ls -A /box; ls -A /tmp"], BASE_ENV, cwd="job")
+        assert again.stdout == "c.txt\njob\n", again
+        # an untrusted run between two set-ups: the second set-up is the new state, not tampering
+        jail.put_files([File(path="d.txt", content="four")], "job")
+        after = jail.execute([SH, "-c", "cat d.txt; echo junk > junk"], BASE_ENV, cwd="job")
+        last = jail.execute([SH, "-c", "ls -A"], BASE_ENV, cwd="job")
+        assert after.stdout == "four" and last.stdout == "d.txt\n", (after, last)
+        assert jail._jail is first  # one jail throughout: nothing read as tampering
+
+
+@pytest.mark.parametrize("path", ["../x", "/etc/x", "a/../../x", "", "a//b", "./a", "a/.", "a\0b"])
+def test_put_files_refuses_paths_outside_its_folder(small: NsjailBackend, path: str) -> None:
+    with WarmPython("", limits=LIMITS, backend=small) as jail:
+        assert jail.start().ok
+        with pytest.raises(ValueError):
+            jail.put_files([File(path=path, content="x")], "job")
+        with pytest.raises(ValueError):
+            jail.put_files([File(path="ok.txt", content="x")], path)
+        with pytest.raises(ValueError):
+            jail.execute([SH, "-c", "pwd"], BASE_ENV, cwd=path)
+
+
+def test_put_files_refuses_files_beyond_the_jails_limits(small: NsjailBackend) -> None:
+    one_mb = LIMITS.model_copy(update={"file_size_mb": 1})
+    with WarmPython("", limits=one_mb, backend=small) as jail:
+        assert jail.start().ok
+        with pytest.raises(ValueError, match="file limit"):
+            jail.put_files([File(path="big", content="x" * (2 << 20))], "job")
+        many = [File(path=f"f{i}", content="") for i in range(400)]  # the backend holds 400 files
+        with pytest.raises(ValueError, match="storage"):
+            jail.put_files(many, "job")
+        assert jail.put_files([File(path="fits", content="x" * 1000)], "job") == "/box/job"
+
+
+def test_put_files_and_cwd_never_follow_a_link(small: NsjailBackend, tmp_path) -> None:
+    """Links a step left in the jail (to the jail's /tmp, or to a host path the host would reach) are never
+    followed: writing through one is refused or replaces the link, and a run never starts outside /box."""
+    target = tmp_path / "host.txt"
+    target.write_text("host")
+    with WarmPython("", limits=LIMITS, backend=small) as jail:
+        assert jail.start().ok
+        jail.put_files([File(path="a.txt", content="one")], "job")
+        links = f"ln -s /tmp out; ln -s {target} host.txt; ln -s /tmp ../tmplink"
+        assert jail.execute([SH, "-c", links], BASE_ENV, trusted=True, cwd="job").verdict is RunVerdict.ok
+        with pytest.raises(OSError):
+            jail.put_files([File(path="out/x", content="escaped")], "job", clear=False)
+        with pytest.raises(OSError):
+            jail.put_files([File(path="x", content="escaped")], "tmplink", clear=False)
+        jail.put_files([File(path="host.txt", content="replaced")], "job", clear=False)
+        assert target.read_text() == "host"  # the link was replaced, its target left alone
+        inside = jail.execute([SH, "-c", "cat host.txt; ls -A /tmp"], BASE_ENV, cwd="job")
+        assert inside.stdout == "replaced", inside
+        for folder in ("job/out", "tmplink"):  # a folder that leads out of /box through a link
+            ran = jail.execute([SH, "-c", "pwd"], BASE_ENV, trusted=True, cwd=folder)
+            assert ran.verdict is not RunVerdict.ok and "/tmp" not in ran.stdout, ran
+        missing = jail.execute([SH, "-c", "pwd"], BASE_ENV, trusted=True, cwd="nowhere")
+        assert missing.verdict is not RunVerdict.ok and missing.stdout == "", missing
+
+
+def test_a_trusted_batch_step_keeps_its_files_and_an_untrusted_ones_are_removed(small: NsjailBackend) -> None:
+    with WarmPython("", limits=LIMITS, backend=small) as jail:
+        assert jail.start().ok
+        first = jail._jail
+        jail.put_files([File(path="src.txt", content="7")], "job")
+        results = jail.run_batch(
+            [
+                sh_test("cat src.txt > built.txt; echo scratch > /tmp/s", trusted=True),  # the compile
+                sh_test("cat built.txt; echo junk > junk; echo t > /tmp/u"),  # the candidate's run
+                sh_test("ls -A; ls -A /tmp"),  # what a further run finds
+            ]
+        )
+        assert [r.verdict for r in results] == [RunVerdict.ok] * 3, results
+        assert results[1].stdout == "7" and results[2].stdout == "built.txt\nsrc.txt\ns\n", results
+        assert jail._jail is first and first.requests == 1  # one exchange, counted once as untrusted
+        with pytest.raises(ValueError):
+            BatchTest(stdin="", trusted=True).request()  # trusted and cwd are for compiled programs only
+        with pytest.raises(ValueError):
+            BatchTest(stdin="", cwd="job").request()
+
+
+def test_a_batch_of_trusted_steps_counts_as_no_candidate_run(small: NsjailBackend) -> None:
+    """Only an untrusted test is candidate code: a batch of trusted steps leaves the server's failures the
+    machinery's, and a batch with an untrusted test makes them the candidate's from then on."""
+    with WarmPython("", limits=LIMITS, backend=small) as jail:
+        assert jail.start().ok
+        jail.put_files([], "job")
+        trusted = jail.run_batch([sh_test("true", trusted=True), sh_test("true", trusted=True)])
+        assert [r.verdict for r in trusted] == [RunVerdict.ok] * 2
+        assert jail._jail is not None and jail._jail.requests == 0
+        mixed = jail.run_batch([sh_test("true", trusted=True), sh_test("true")])
+        assert [r.verdict for r in mixed] == [RunVerdict.ok] * 2
+        assert jail._jail is not None and jail._jail.requests == 1
+
+
+def test_put_files_refuses_a_server_that_loaded_the_candidate(small: NsjailBackend) -> None:
+    """In call mode the server is candidate code that lives between requests: it could swap a folder for a
+    link while the host writes, so the host writes nothing into its jail."""
+    with WarmPython("def f():\n    return 1\n", mode="call", limits=LIMITS, backend=small) as jail:
+        assert jail.start().ok
+        with pytest.raises(OSError, match="trusted"):
+            jail.put_files([File(path="a.txt", content="x")], "job")

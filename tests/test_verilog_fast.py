@@ -345,3 +345,102 @@ def test_a_job_whose_files_vanish_is_never_read_as_missing_output():
         assert result is not None and base64.b64decode(result.files["out.txt"]) == b"out\n"
     finally:
         pool.close()
+
+
+# -- direct jobs: files put on the host, runs spawned in the job's folder, one exchange ------------------------
+
+LEAVES = """module leaves;
+  integer f;
+  initial begin
+    f = $fopen("cand.txt", "w"); $fwrite(f, "mine"); $fclose(f);
+    f = $fopen("/tmp/cand_tmp", "w"); $fclose(f);
+    f = $fopen("../cand_box", "w"); $fclose(f);
+    $display("ran");
+    $finish;
+  end
+endmodule
+"""
+
+
+def tool(argv: list[str], name: str = "run") -> Command:
+    return Command(argv=argv, name=name, limits=LIMITS)
+
+
+@pytest.mark.skipif(not jails.DIRECT, reason="the sandbox cannot set a job up on the host")
+def test_a_direct_job_starts_from_a_clean_slate(monkeypatch: pytest.MonkeyPatch):
+    # No shell or tar in the jail (archive is never called), and neither the tools' files (trusted: kept for
+    # the job's later runs) nor the candidate's (vvp: removed after its run) reach the next job.
+    monkeypatch.setattr(jails, "archive", lambda directory, files: pytest.fail("a direct job used tar"))
+    pool = jails.JailPool(max_idle=1)
+    backend = resolve_backend(None)
+    tool_leaves = "open('../tool_box', 'w'); open('/tmp/tool_tmp', 'w'); open('tool.txt', 'w')"
+    try:
+        first = pool.run(
+            backend,
+            Job(
+                files=[File(path="leaves.v", content=LEAVES)],
+                commands=[
+                    tool(["/usr/bin/iverilog", "-g2012", "-o", "leaves.vvp", "leaves.v"], "compile"),
+                    tool(["/usr/bin/python3", "-c", tool_leaves], "tool"),
+                    tool(["/usr/bin/vvp", "-n", "leaves.vvp"], "simulate"),
+                    tool(["/usr/bin/ls", "-A", "/box", "/box/job", "/tmp"], "look"),
+                ],
+                fetch=["leaves.vvp", "cand.txt"],
+                keep_going=True,
+            ),
+        )
+        assert first is not None, "the direct job did not run warm"
+        assert [c.verdict for c in first.commands] == [RunVerdict.ok] * 4, first.commands
+        assert first.commands[2].stdout.startswith("ran")
+        # the tool's files stay for the job; the candidate's are gone once its run ends
+        look = first.commands[3].stdout
+        assert (
+            look == "/box:\njob\ntool_box\n\n/box/job:\nleaves.v\nleaves.vvp\ntool.txt\n\n/tmp:\ntool_tmp\n"
+        ), look
+        assert set(first.files) == {"leaves.vvp"}
+        jail = pool._idle[0]
+        second = pool.run(
+            backend,
+            Job(
+                files=[File(path="b.txt", content="two")],
+                commands=[tool(["/usr/bin/ls", "-A", "/box", "/box/job", "/tmp"])],
+                keep_going=True,
+            ),
+        )
+        assert second is not None and pool._idle[0] is jail  # the same jail, set up afresh
+        assert second.commands[0].stdout == "/box:\njob\n\n/box/job:\nb.txt\n\n/tmp:\n", second.commands
+    finally:
+        pool.close()
+
+
+@pytest.mark.skipif(not jails.DIRECT, reason="the sandbox cannot set a job up on the host")
+@pytest.mark.parametrize("failure", [OSError("gone"), ValueError("too large")])
+def test_a_direct_job_that_cannot_be_set_up_is_never_a_verdict(
+    monkeypatch: pytest.MonkeyPatch, failure: Exception
+):
+    # put_files refused or failed: a fresh jail, then the job goes cold; the verdict is the cold jail's.
+    def refuse(self: object, files: object, folder: str, *, clear: bool = True) -> str:
+        raise failure
+
+    pool = jails.JailPool(max_idle=1)
+    monkeypatch.setattr(jails.WarmPython, "put_files", refuse)
+    try:
+        assert pool.run(resolve_backend(None), Job(commands=[tool(["/usr/bin/true"])])) is None
+        assert pool.idle == 0
+    finally:
+        pool.close()
+    monkeypatch.setattr(jails, "POOL", pool)
+    row = ROWS["counter4_async_reset"]
+    assert score(row["correct"], row["reference"]).reward == 1.0
+    assert score(row["wrong"], row["reference"]).reward == 0.0
+
+
+@pytest.mark.skipif(not jails.DIRECT, reason="the sandbox cannot set a job up on the host")
+def test_direct_and_shell_jobs_agree(monkeypatch: pytest.MonkeyPatch):
+    row = ROWS["counter4_async_reset"]
+    wide = HEADER.replace("[3:0]", "[4:0]") + STUCK + "endmodule\n"
+    sources = [row["correct"], row["wrong"], wide, HEADER + STUCK + "  wire x = y;\nendmodule\n"]
+    direct = [same(v, v) for v in (score(s, row["reference"]) for s in sources)]
+    monkeypatch.setattr(jails, "DIRECT", False)
+    shell = [same(v, v) for v in (score(s, row["reference"]) for s in sources)]
+    assert direct == shell

@@ -7,11 +7,18 @@ four of them; here a verdict takes none. Each jail is the sandbox's own warm ser
 with the run's own CPU, memory, process and output limits, and kills whatever the run left behind before the
 next one). Every job starts from a clean slate, as a fresh jail would:
 
-- the job's files are unpacked (tar, from stdin) into the job's directory, which tar empties first, after
-  anything else in the jail's /box and /tmp is removed; the runs see only those files;
-- the first run's shell prints a random marker once the files are in place, before it execs the tool: a job
-  whose set-up did not print it (a full disk, a broken jail) is a machinery failure, and the job runs again
-  in a fresh jail, never a verdict on the candidate;
+- direct jobs (`DIRECT`, where the jail's /tmp is on the slot's own tmpfs and every run is a program): the
+  host empties the jail's /box and /tmp and writes the job's files into the job's directory
+  (`WarmPython.put_files`: no link followed, nothing outside the directory, sizes within the jail's limits);
+  then all the job's runs go to the server in one exchange (`run_batch`), each spawned in the job's directory
+  (`cwd`), the tools as the verifier's own steps (`trusted`: their files stay for the runs after them) and the
+  simulator as the candidate's (what it leaves is removed after it). No shell or tar starts in the jail. Files
+  that could not be put in place, or a run that went to a jail started after they were, is a machinery
+  failure: the job runs again in a fresh jail, then cold, never a verdict on the candidate;
+- other jobs: the job's files are unpacked (tar, from stdin) into the job's directory, which tar empties
+  first, after anything else in the jail's /box and /tmp is removed; the first run's shell prints a random
+  marker once the files are in place, before it execs the tool: a job whose set-up did not print it (a full
+  disk, a broken jail) is a machinery failure, handled the same way;
 - a jail serves one job at a time and is retired after `MAX_JOBS` jobs or any machinery failure.
 
 Only the nsjail backend is used warm (its /tmp is the jail's own); other backends run cold jobs.
@@ -31,7 +38,7 @@ import threading
 import time
 
 from proctor.sandboxes.job import Backend, CommandResult, Job, Result, RunLimits, RunVerdict
-from proctor.sandboxes.warm import WarmPython
+from proctor.sandboxes.warm import BatchTest, WarmPython
 
 log = logging.getLogger(__name__)
 
@@ -61,6 +68,9 @@ SETUP = (
 RUNS_CANDIDATE = frozenset({"/usr/bin/vvp"})
 _TRUSTED_RUNS = "trusted" in inspect.signature(WarmPython.execute).parameters
 _HOST_READS = hasattr(WarmPython, "kept_files")  # the jail's files read on the host (else tar, in the jail)
+# A job as the sandbox's own requests (its files written on the host, every run spawned by the server in the
+# job's folder, all of them in one exchange), where the sandbox has them; else the set-up shell and tar.
+DIRECT = hasattr(WarmPython, "put_files") and "cwd" in inspect.signature(WarmPython.execute).parameters
 
 
 def _trust(trusted: bool) -> dict[str, bool]:
@@ -130,6 +140,11 @@ class ToolJail:
         """Run the job's commands in order (keep going past failures), then fetch its files; SetupFailed when
         the files could not be put in place."""
         self.jobs += 1
+        # Direct where the host sees the jail's /tmp to clear it (bounded storage: the slot's own tmpfs) and
+        # every run is a program, not a shell script.
+        direct = DIRECT and getattr(self.server.backend, "storage", None) is not None
+        if direct and all(c.argv[0].startswith("/") and c.argv[0] != SH for c in job.commands):
+            return self._run_direct(job)
         directory = DIRECTORY
         marker = secrets.token_hex(16)
         files = {item.path: item.content for item in job.files}
@@ -162,6 +177,40 @@ class ToolJail:
                 result.detail = f"CPU time passed {command.limits.cpu_s:g} s ({result.detail})"
             results.append(result)
         fetched = self._fetch(job, directory, marker) if job.fetch else {}
+        return Result(backend="nsjail-warm", commands=results, files=fetched)
+
+    def _run_direct(self, job: Job) -> Result:
+        """The job with no process of its own in the jail: its files written on the host into a cleared /box
+        (and /tmp where the host sees it), then its runs as one batch, each spawned by the server in the job's
+        folder; the files read back on the host."""
+        starts = self.server.starts
+        try:
+            self.server.put_files(job.files, DIRECTORY, clear=True)
+        except (OSError, ValueError) as exc:  # too large for a warm jail's limits too: a fresh one, then cold
+            raise SetupFailed(f"the job's files were not put in place: {exc}") from exc
+        env = {**ENV, **job.env}
+        tests = [
+            BatchTest(
+                command.stdin,
+                command.limits,
+                command.name,
+                tuple(command.argv),
+                env,
+                trusted=not RUNS_CANDIDATE & set(command.argv),  # a run naming the simulator anywhere is not
+                cwd=DIRECTORY,
+            )
+            for command in job.commands
+        ]
+        results = self.server.run_batch(tests)
+        if self.server.starts != starts or len(results) != len(tests):
+            # a run went to a jail started after the files were put (the first broke): not a verdict
+            raise SetupFailed("the jail was replaced during the job")
+        for command, result in zip(job.commands, results, strict=True):
+            if result.verdict is RunVerdict.sandbox_error:
+                raise SetupFailed(f"{result.name}: {result.detail}")
+            if result.verdict is RunVerdict.time_limit and result.detail.startswith("cpu "):
+                result.detail = f"CPU time passed {command.limits.cpu_s:g} s ({result.detail})"
+        fetched = self._fetch(job, DIRECTORY, "") if job.fetch else {}
         return Result(backend="nsjail-warm", commands=results, files=fetched)
 
     def _fetch(self, job: Job, directory: str, marker: str) -> dict[str, str]:
