@@ -858,7 +858,78 @@ def snapshot():
             files[(root, "")] = fingerprint(os.lstat(root))  # the root itself: its mode, never its listing
         for path, info in walk(root):
             files[(root, path)] = fingerprint(info)
-    return {"files": files, "ipc": ipc_ids(), "ipc_count": ipc_count(), "roots": folders}
+    return {
+        "files": files,
+        "ipc": ipc_ids(),
+        "ipc_count": ipc_count(),
+        "roots": folders,
+        "dirs": dir_state(files),
+    }
+
+
+def dir_state(files):
+    """{full path: (atime_ns, mtime_ns, inode flags or None, xattr names)} of the folders that were there before
+    the tests: a test may change these on a folder it owns (utimensat, FS_IOC_SETFLAGS) and the next one would
+    read them back, so `restore` puts them back and counts attributes it cannot as tampering."""
+    found = {}
+    for (root, path), mark in files.items():
+        if mark[0] != "dir":
+            continue
+        full = os.path.join(root, path) if path else root
+        with contextlib.suppress(OSError):
+            info = os.lstat(full)
+            found[full] = (info.st_atime_ns, info.st_mtime_ns, dir_flags(full), xattr_names(full))
+    return found
+
+
+FS_IOC_GETFLAGS = 0x80086601
+FS_IOC_SETFLAGS = 0x40086602
+
+
+def dir_flags(path, value=None):
+    """A folder's inode flags (chattr's), or None where the file system has none; with `value`, set them."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        if value is not None:
+            fcntl.ioctl(fd, FS_IOC_SETFLAGS, struct.pack("i", value))
+        return struct.unpack("i", fcntl.ioctl(fd, FS_IOC_GETFLAGS, b"\0" * 4))[0]
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
+def xattr_names(path):
+    """The names of a folder's extended attributes (the jail forbids setting any; a change is tampering)."""
+    try:
+        return tuple(sorted(os.listxattr(path, follow_symlinks=False)))
+    except OSError:
+        return ()
+
+
+def restore_dirs(dirs):
+    """Put the folders' times and inode flags back as they were before the tests; problems as text."""
+    problems = []
+    for full, (atime, mtime, flags, names) in dirs.items():
+        try:
+            info = os.lstat(full)
+        except OSError:
+            continue  # a removed folder is reported by the walk
+        if not stat_is_dir(info.st_mode):
+            continue
+        if flags is not None and dir_flags(full) != flags and dir_flags(full, flags) != flags:
+            problems.append(f"cannot reset the flags of {full}")
+        if xattr_names(full) != names:
+            problems.append(f"changed the attributes of {full}")
+        if (info.st_atime_ns, info.st_mtime_ns) != (atime, mtime):
+            try:
+                os.utime(full, ns=(atime, mtime), follow_symlinks=False)
+            except OSError as exc:
+                problems.append(f"cannot reset the times of {full}: {exc.strerror}")
+    return problems
 
 
 def restore(kept):
@@ -908,6 +979,8 @@ def restore(kept):
                     os.unlink(full)
             except OSError as exc:
                 problems.append(f"cannot remove {path}: {exc.strerror}")
+    # After the removals, which set the folders' mtimes themselves.
+    problems += restore_dirs(kept.get("dirs", {}))
     count = ipc_count()
     if count is None or count != kept["ipc_count"]:
         problems += remove_ipc(kept["ipc"])
@@ -951,6 +1024,11 @@ _libc = []
 
 BATCH_OPS = ("run", "exec")
 MIN_WALL_S = 0.05  # the least wall backstop a batch's test gets from what is left of the batch's budget
+# Output characters (stdout and stderr) a batch's replies may hold before it ends early: the host holds a whole
+# batch's reply at once (JSON escapes a control byte as 6), so without a bound each test's output cap would be
+# multiplied by the batch's length in the service's memory. The test that passes it is the last; the host
+# sends the rest as the next batch.
+BATCH_OUTPUT_CHARS = 2 * 1024 * 1024
 
 
 def run_batch(state, request):
@@ -965,7 +1043,11 @@ def run_batch(state, request):
     budget = request.get("wall_budget_s")
     began = time.monotonic()
     waited = 0.0
+    output = 0
+    own = resource.getrusage(resource.RUSAGE_SELF)
     for test in request.get("tests") or []:
+        if output > BATCH_OUTPUT_CHARS:
+            break
         if budget is not None:
             left = float(budget) - (time.monotonic() - began - waited)
             if results and left <= MIN_WALL_S:
@@ -979,6 +1061,7 @@ def run_batch(state, request):
         except Exception:
             reply = server_failure(state, traceback.format_exc())
         results.append(reply)
+        output += len(str(reply.get("stdout") or "")) + len(str(reply.get("stderr") or ""))
         with contextlib.suppress(TypeError, ValueError):
             waited += float(reply.get("cpu_wait_s") or 0.0)
         if reply.get("server_failed") or reply.get("full") or reply.get("tampered"):
@@ -995,7 +1078,12 @@ def run_batch(state, request):
         if request.get("stop_on_failure") and idle > float(test.get("cpu_s", 2.0)):
             reply["idle"] = True
             break
-    return {"results": results}
+    # The server's own CPU over the batch (watching a test samples /proc every tick, more for more threads):
+    # the host compares the jail cgroup's CPU with the replies' sum plus this, so that CPU no reply accounts
+    # for (auto-reaped workers) is seen. Its children's CPU is not in it: RUSAGE_SELF is this process's.
+    now = resource.getrusage(resource.RUSAGE_SELF)
+    spent = now.ru_utime + now.ru_stime - own.ru_utime - own.ru_stime
+    return {"results": results, "server_cpu_s": round(spent, 6)}
 
 
 def filesystem_full(path):
