@@ -10,9 +10,9 @@ from starlette.responses import Response
 
 import proctor
 from proctor.api.auth import token_matches, unauthorized
+from proctor.api.budget import budget_report
 from proctor.api.rendering import json_response
 from proctor.api.responses import Health, error_responses
-from proctor.api.server import budget_report
 from proctor.api.state import ServiceState, get_state
 from proctor.engine import Engine
 

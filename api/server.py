@@ -19,10 +19,9 @@ import logging
 import os
 import shutil
 import tempfile
-from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from proctor.api.budget import HOST_SETTINGS, setting_minimum, take, worker_budget
 from proctor.api.metrics import MULTIPROC_ENV
 from proctor.api.protocol import HTTP_PROTOCOL
 from proctor.settings import Settings, get_settings
@@ -33,17 +32,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 APP_FACTORY = "proctor.api.server:create_worker_app"
-HOST_SETTINGS: tuple[str, ...] = (
-    "max_concurrency",
-    "max_queue",
-    "max_inline_concurrency",
-    "max_inline_queue",
-    "pool_workers",
-    "pool_queue",
-    "sandbox_workers",
-    "sandbox_queue",
-)
-"""Settings that are a budget for the whole host, split among the uvicorn workers."""
 SLOTS_ENV = "_PROCTOR_WORKER_SLOTS"
 """The directory of the workers' slot lock files, set by serve() for its uvicorn workers (not a setting)."""
 LOG_LEVELS = ("critical", "error", "warning", "info", "debug", "trace")
@@ -94,69 +82,6 @@ def export_settings(settings: Settings) -> None:
             os.environ.pop(key, None)
         else:
             os.environ[key] = str(value)
-
-
-def split_budget(total: int, parts: int, minimum: int = 0) -> list[int]:
-    """`total` split into `parts` shares that differ by at most one (the larger ones first), each at least
-    `minimum`; they add up to `total` unless `total` is below `parts * minimum`."""
-    if parts < 1 or total < 0 or minimum < 0:
-        raise ValueError(f"cannot split {total} into {parts} parts of at least {minimum}")
-    base, extra = divmod(total, parts)
-    return [max(minimum, base + (1 if index < extra else 0)) for index in range(parts)]
-
-
-def setting_minimum(name: str) -> int:
-    """The smallest value Settings accepts for `name` (its `ge` bound; 0 without one)."""
-    for rule in Settings.model_fields[name].metadata:
-        bound = getattr(rule, "ge", None)
-        if isinstance(bound, int):
-            return bound
-    return 0
-
-
-@dataclass(frozen=True)
-class WorkerBudget:
-    """One uvicorn worker's share of the host's budget: its slot (None: it found none free), the number of
-    workers, and each HOST_SETTINGS value for the host and for this worker."""
-
-    slot: int | None
-    workers: int
-    host: Mapping[str, int]
-    share: Mapping[str, int]
-
-    def report(self) -> dict[str, Any]:
-        """The budget as /healthz shows it."""
-        return {
-            "slot": self.slot,
-            "workers": self.workers,
-            "host": dict(self.host),
-            "share": dict(self.share),
-        }
-
-
-def worker_budget(host: Settings, slot: int | None) -> WorkerBudget:
-    """The share of worker `slot` of `host.workers`; a worker without a slot takes the smallest share."""
-    index = host.workers - 1 if slot is None else slot
-    if not 0 <= index < host.workers:
-        raise ValueError(f"slot {slot} is not one of {host.workers} workers")
-    totals = {name: int(getattr(host, name)) for name in HOST_SETTINGS}
-    share = {
-        name: split_budget(total, host.workers, setting_minimum(name))[index]
-        for name, total in totals.items()
-    }
-    return WorkerBudget(slot, host.workers, totals, share)
-
-
-_current: WorkerBudget | None = None
-
-
-def budget_report(settings: Settings) -> dict[str, Any]:
-    """This process's budget for /healthz: the share it took when serve() started it, else (an app built
-    in-process) the whole of `settings`."""
-    if _current is not None:
-        return _current.report()
-    totals = {name: int(getattr(settings, name)) for name in HOST_SETTINGS}
-    return WorkerBudget(0, 1, totals, totals).report()
 
 
 # The descriptor whose lock is this process's slot: kept open as long as the process lives.
@@ -213,7 +138,6 @@ def _alive(pid: int) -> bool:
 def create_worker_app() -> FastAPI:
     """uvicorn's app factory in each worker process: claim a slot, take its share of the host's budget, build the
     app with it."""
-    global _current
     from proctor.api.app import create_app
 
     host = get_settings()  # the host's settings, as serve() exported them
@@ -229,7 +153,7 @@ def create_worker_app() -> FastAPI:
     # Code that reads the process-wide settings (get_settings) and the pool's worker processes see the share too.
     export_settings(settings)
     get_settings.cache_clear()
-    _current = budget
+    take(budget)
     app = create_app(settings)
     app.state.proctor.metrics.show_budget(budget.workers, budget.host, budget.share)
     return app

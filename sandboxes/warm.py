@@ -701,15 +701,31 @@ def ready_servers(backend: Backend) -> ReadyServers | None:
         found = _ready.get(backend)
         if found is None:
             found = _ready[backend] = ReadyServers(backend)
+            hooks = getattr(backend, "close_hooks", None)
+            if hooks is not None:  # the backend's close kills them first
+                hooks.append(found.close)
         return found
 
 
-def close_ready_servers(backend: Backend) -> None:
-    """Kill a backend's ready exec servers (its `close`)."""
-    with _ready_lock:
-        found = _ready.get(backend)
-    if found is not None:
-        found.close()
+def _batch_bounds(limits: Sequence[RunLimits], wall_budget_s: float | None) -> tuple[int, float]:
+    """The largest reply a batch under `limits` may send (bytes) and how long the host waits for it (s)."""
+    # The server ends a batch once its replies hold BATCH_OUTPUT_CHARS, so a reply holds that and one test's
+    # output at most (JSON escapes a byte as up to 6); a larger one is a protocol error.
+    most = max(2 * x.output_bytes + x.stderr_bytes for x in limits)
+    max_bytes = 8 * (min(most * len(limits), most + warm_server.BATCH_OUTPUT_CHARS)) + MB
+    backstop = sum(x.wall_backstop_s for x in limits)
+    if wall_budget_s is not None:  # the server starts no test past the budget; one may run its backstop
+        backstop = min(backstop, wall_budget_s + max(x.wall_backstop_s for x in limits))
+    return max_bytes, backstop + GRACE_S
+
+
+def _replied_waits(replies: Sequence[dict[str, Any]]) -> float:
+    """Seconds the batch's tests waited for a CPU, as their replies say (each at most its own wall time)."""
+    waits = 0.0
+    for item in replies:
+        with contextlib.suppress(TypeError, ValueError):
+            waits += min(float(item.get("cpu_wait_s") or 0.0), float(item.get("wall_s") or 0.0))
+    return waits
 
 
 class WarmPython:
@@ -1091,18 +1107,15 @@ class WarmPython:
                 return results, True
         return results, False
 
-    def _exchange_batch(
+    def _batch_message(
         self,
         jail: _Jail,
         tests: Sequence[BatchTest],
+        limits: Sequence[RunLimits],
         stop_on_failure: bool,
-        wall_budget_s: float | None = None,
-    ) -> tuple[list[CommandResult], bool] | None:
-        """Send `tests` as one batch to a trusted server and judge each reply as `_exchange` would; None when
-        the batch must be run again one test at a time (an OOM kill in the jail, which no reply can be matched
-        to, or a server lost mid-batch: its next request gets a fresh one)."""
-        self._next_id += 1
-        limits = [self._clamp(test.limits or self.limits) for test in tests]
+        wall_budget_s: float | None,
+    ) -> dict[str, Any]:
+        """The `batch` request for `tests` under their clamped `limits`."""
         requests = []
         for test, limit in zip(tests, limits, strict=True):
             request = test.request()
@@ -1117,7 +1130,7 @@ class WarmPython:
             requests[0]["baseline"], jail.renewed = True, False
         budget, home = jail.slot.storage, jail.slot.home
         full = jail.cwd if budget is not None and home is not None and jail.slot.box is not None else None
-        message = {
+        return {
             "op": "batch",
             "id": self._next_id,
             "tests": requests,
@@ -1125,6 +1138,21 @@ class WarmPython:
             "full": full,
             "wall_budget_s": wall_budget_s,
         }
+
+    def _exchange_batch(
+        self,
+        jail: _Jail,
+        tests: Sequence[BatchTest],
+        stop_on_failure: bool,
+        wall_budget_s: float | None = None,
+    ) -> tuple[list[CommandResult], bool] | None:
+        """Send `tests` as one batch to a trusted server and judge each reply as `_exchange` would; None when
+        the batch must be run again one test at a time (an OOM kill in the jail, which no reply can be matched
+        to, or a server lost mid-batch: its next request gets a fresh one)."""
+        self._next_id += 1
+        limits = [self._clamp(test.limits or self.limits) for test in tests]
+        message = self._batch_message(jail, tests, limits, stop_on_failure, wall_budget_s)
+        budget, home = jail.slot.storage, jail.slot.home
         try:
             jail.set_limits(limits[0])
         except OSError:
@@ -1133,14 +1161,7 @@ class WarmPython:
         cpu_before = jail.cpu_s()
         started = time.monotonic()
         cap = None if cpu_before is None else cpu_before + sum(x.cpu_s * 1.5 + 0.5 for x in limits)
-        # The server ends a batch once its replies hold BATCH_OUTPUT_CHARS, so a reply holds that and one
-        # test's output at most (JSON escapes a byte as up to 6); a larger one is a protocol error.
-        most = max(2 * x.output_bytes + x.stderr_bytes for x in limits)
-        max_bytes = 8 * (min(most * len(limits), most + warm_server.BATCH_OUTPUT_CHARS)) + MB
-        backstop = sum(x.wall_backstop_s for x in limits)
-        if wall_budget_s is not None:  # the server starts no test past the budget; one may run its backstop
-            backstop = min(backstop, wall_budget_s + max(x.wall_backstop_s for x in limits))
-        backstop += GRACE_S
+        max_bytes, backstop = _batch_bounds(limits, wall_budget_s)
         jail.begin_wait()
         prior = jail.requests  # untrusted requests before this batch
         try:
@@ -1155,11 +1176,7 @@ class WarmPython:
             jail.close()
             return None
         replies = [item for item in reply["results"][: len(tests)] if isinstance(item, dict)]
-        waits = 0.0
-        for item in replies:
-            with contextlib.suppress(TypeError, ValueError):
-                waits += min(float(item.get("cpu_wait_s") or 0.0), float(item.get("wall_s") or 0.0))
-        add_cpu_wait_s(max(jail.sample_wait(), waits))
+        add_cpu_wait_s(max(jail.sample_wait(), _replied_waits(replies)))
         if jail.oom_kills() > oom_before:
             return None  # which test's process the kernel killed is not in any reply: ask one at a time
         if _hidden_cpu(jail.cpu_s(), cpu_before, replies, reply.get("server_cpu_s")):

@@ -18,14 +18,8 @@ import psutil
 import pytest
 
 from proctor.api import server
-from proctor.api.server import (
-    HOST_SETTINGS,
-    SLOTS_ENV,
-    claim_slot,
-    setting_minimum,
-    split_budget,
-    worker_budget,
-)
+from proctor.api.budget import HOST_SETTINGS, budget_report, setting_minimum, split_budget, worker_budget
+from proctor.api.server import SLOTS_ENV, claim_slot
 from proctor.settings import Settings
 from tests.conftest import REPO_ROOT, free_port, server_env
 
@@ -111,7 +105,7 @@ def test_one_worker_keeps_the_whole_budget() -> None:
     host = Settings(workers=1, pool_workers=5, max_concurrency=7)
     budget = worker_budget(host, 0)
     assert dict(budget.share) == dict(budget.host)
-    assert server.budget_report(host)["share"]["pool_workers"] == 5
+    assert budget_report(host)["share"]["pool_workers"] == 5
 
 
 # -- slots -------------------------------------------------------------------------------------------------

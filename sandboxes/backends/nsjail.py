@@ -42,6 +42,7 @@ import resource
 import shutil
 import threading
 import weakref
+from collections.abc import Callable
 from pathlib import Path
 
 from ..cgroups import DEFAULT_ROOT, PARENT, Cgroups
@@ -230,13 +231,15 @@ class NsjailBackend:
         self.system = _system_mounts()
         self.nice = os.getpriority(os.PRIO_PROCESS, 0)
         self.runner = Runner(self.cgroups if ok else None, self._make_slot, warm=warm)
+        # Run first by `close`: warm.py adds the closing of this backend's ready exec servers (a hook rather
+        # than an import, since warm.py imports the backends).
+        self.close_hooks: list[Callable[[], None]] = []
 
     def close(self) -> None:
         """Discard the warm slots (their cgroups, directories and mounts) and the private /etc, as a service does
         at shutdown; a later job makes them again. Its ready warm exec servers (warm.py) go first."""
-        from ..warm import close_ready_servers  # warm.py imports the backends: imported when closing
-
-        close_ready_servers(self)
+        for hook in list(self.close_hooks):
+            hook()
         self.runner.slots.close()
         with self._etc_lock:
             self._cleanup()
