@@ -14,9 +14,10 @@ Modes:
   sends the return value back as plain data. A value that is not plain data (say an object with a forged
   `__eq__`, or an `int` subclass) is reported as such, never compared here.
 
-An `exec` request (stdio mode, a server loaded with an empty program) forks a child that execs a compiled
-program (`argv`, `env`) with the test's stdin: compiled languages get the same one-jail-per-submission warm
-mode, a fork+exec per test instead of a fresh jail per test. The server still runs no candidate code.
+An `exec` request (stdio mode, a server loaded with an empty program) starts a compiled program (`argv`,
+`env`) with posix_spawn on the test's stdin, and a `batch` request runs many such tests in one exchange:
+compiled languages get the same one-jail-per-submission warm mode, a spawn per test instead of a fresh jail
+per test. The server still runs no candidate code.
 
 A `script` request (either mode; meant for a server loaded with an empty program) runs a test script as
 `__main__` in a child whose globals hold a proxy for each name the host sends (the entry point and the names
